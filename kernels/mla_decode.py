@@ -1,0 +1,476 @@
+"""TileLang FlashMLA decode: one builder, one tile config per architecture.
+
+DeepSeek MLA decode attends one query token per sequence (``heads`` query heads
+of dim 512 + 64 RoPE) to a single shared latent KV head. Every launch is
+specialised on the problem shape, as in TileLang's own examples.
+
+Split-KV (FlashDecoding): ``num_split`` blocks share one (batch, head block);
+each writes a partial output and its log2-sum-exp, and a combine kernel merges
+them with max-subtracted ``exp2`` weights. ``num_split == 1`` takes the
+no-split path. A sequence length that is not a multiple of the tile is masked.
+"""
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import tilelang
+import tilelang.language as T
+
+LOG2E = 1.44269504
+LN2 = 0.6931471805599453
+DTYPES = ("float16", "bfloat16")
+PASS_CONFIGS = {tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True}
+
+
+@dataclass(frozen=True)
+class Shape:
+    batch: int
+    seqlen: int
+    heads: int = 128
+    dtype: str = "float16"
+    dim: int = 512
+    pe_dim: int = 64
+
+    @property
+    def scale(self) -> float:
+        """Softmax scale folded with log2(e), so the kernel can use exp2."""
+        return (self.dim + self.pe_dim) ** -0.5 * LOG2E
+
+    def check(self) -> None:
+        for name in ("batch", "seqlen", "heads", "dim", "pe_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """How one architecture tiles the problem.
+
+    ``operands_in_shared``: Q, Q_pe and the probabilities P are staged in shared
+    memory (Hopper: wgmma reads them there, 228 KB per SM) instead of being held
+    in registers (CDNA3: 64 KB of LDS is kept for the K/V tiles alone).
+    ``num_split`` of 0 means "fill the device": see :func:`resolve_num_split`.
+    """
+
+    name: str
+    block_N: int
+    block_H: int
+    num_split: int
+    threads: int
+    num_stages: int
+    policy: str
+    operands_in_shared: bool
+
+    def check(self) -> None:
+        for name in ("block_N", "block_H", "threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"config {self.name}: {name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.num_split, int) or self.num_split < 0:
+            raise ValueError(f"config {self.name}: num_split must be an integer >= 0 (0 = auto), got {self.num_split!r}")
+        if self.num_stages < 0:
+            raise ValueError(f"config {self.name}: num_stages must be >= 0, got {self.num_stages}")
+        if self.policy not in ("FullRow", "FullCol", "Square"):
+            raise ValueError(f"config {self.name}: policy must be FullRow, FullCol or Square, got {self.policy!r}")
+
+    def with_(self, **changes) -> "TileConfig":
+        return dataclasses.replace(self, **changes)
+
+
+# The seed's MI300X config: Q in registers, only K/V tiles in LDS, no pipelining.
+CDNA3 = TileConfig("cdna3", block_N=32, block_H=64, num_split=4, threads=128, num_stages=0,
+                   policy="FullRow", operands_in_shared=False)
+# TileLang's Hopper example: Q in shared memory, 2 stages, FullCol, 256 threads, 64x64.
+HOPPER = TileConfig("hopper", block_N=64, block_H=64, num_split=0, threads=256, num_stages=2,
+                    policy="FullCol", operands_in_shared=True)
+CONFIGS = {c.name: c for c in (CDNA3, HOPPER)}
+
+# Streaming multiprocessors / compute units, for the "fill the device" split rule.
+SM_COUNT = {"sm_90": 132, "sm_90a": 132, "gfx942": 304}
+ARCH_CONFIG = {"gfx942": "cdna3", "sm_90": "hopper", "sm_90a": "hopper"}
+
+
+def config_for_arch(arch: str) -> TileConfig:
+    """The tuned config for a device architecture ('gfx942', 'sm_90', ...)."""
+    base = arch.split(":")[0]
+    if base not in ARCH_CONFIG:
+        raise ValueError(f"no tuned config for architecture {arch!r}; known: {sorted(ARCH_CONFIG)} "
+                         f"(pass a config explicitly to run elsewhere)")
+    return CONFIGS[ARCH_CONFIG[base]]
+
+
+def resolve_num_split(shape: Shape, config: TileConfig, sm_count: int) -> int:
+    """The config's split count, or for 0 the smallest power of two that gives
+    every SM at least one block (at batch 64 x 128 heads, 128 head blocks do not
+    fill an H200's 132 SMs; two splits do)."""
+    if config.num_split:
+        return config.num_split
+    blocks = shape.batch * math.ceil(shape.heads / config.block_H)
+    split = 1
+    while blocks * split < sm_count and split < 32:
+        split *= 2
+    return split
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a launch really does once the split is fitted to the sequence."""
+
+    shape: Shape
+    config: TileConfig
+    num_split: int  # splits that hold at least one token
+    split_len: int  # tokens per split, a multiple of block_N
+    valid_block_H: int
+
+    @property
+    def masked(self) -> bool:
+        return self.num_split * self.split_len != self.shape.seqlen
+
+
+def plan(shape: Shape, config: TileConfig, sm_count: int) -> Plan:
+    shape.check()
+    config.check()
+    valid_block_H = min(config.block_H, shape.heads)
+    if shape.heads % valid_block_H:
+        raise ValueError(f"heads ({shape.heads}) must be a multiple of the head block "
+                         f"block_H={config.block_H} (config {config.name})")
+    requested = resolve_num_split(shape, config, sm_count)
+    per_split = math.ceil(shape.seqlen / requested)
+    split_len = math.ceil(per_split / config.block_N) * config.block_N
+    # Drop splits that would start past the end: an empty split has no softmax.
+    num_split = math.ceil(shape.seqlen / split_len)
+    return Plan(shape, config, num_split, split_len, valid_block_H)
+
+
+def program(p: Plan):
+    """The TileLang program for a plan: split + combine, or no-split."""
+    s, c = p.shape, p.config
+    batch, heads, seqlen, dim, pe_dim = s.batch, s.heads, s.seqlen, s.dim, s.pe_dim
+    dtype, accum = s.dtype, "float32"
+    block_N, block_H, VALID_H = c.block_N, c.block_H, p.valid_block_H
+    num_split, split_len = p.num_split, p.split_len
+    blocks_per_split = split_len // block_N
+    head_blocks = heads // VALID_H
+    scale = s.scale
+    masked = p.masked
+    policy = getattr(T.GemmWarpPolicy, c.policy)
+    in_shared = c.operands_in_shared
+
+    @T.macro
+    def attend(Q, Q_pe, KV, K_pe, bx, by, first_token, n_blocks, acc_o, logsum, scores_max):
+        """Online softmax over n_blocks K/V tiles from first_token on."""
+        if in_shared:
+            Q_buf = T.alloc_shared([block_H, dim], dtype)
+            Q_pe_buf = T.alloc_shared([block_H, pe_dim], dtype)
+            P_buf = T.alloc_shared([block_H, block_N], dtype)
+        else:
+            Q_buf = T.alloc_fragment([block_H, dim], dtype)
+            Q_pe_buf = T.alloc_fragment([block_H, pe_dim], dtype)
+            P_buf = T.alloc_fragment([block_H, block_N], dtype)
+        KV_shared = T.alloc_shared([block_N, dim], dtype)
+        K_pe_shared = T.alloc_shared([block_N, pe_dim], dtype)
+        acc_s = T.alloc_fragment([block_H, block_N], accum)
+        scores_max_prev = T.alloc_fragment([block_H], accum)
+        scores_scale = T.alloc_fragment([block_H], accum)
+        scores_sum = T.alloc_fragment([block_H], accum)
+
+        T.copy(Q[bx, by * VALID_H:(by + 1) * VALID_H, :], Q_buf)
+        T.copy(Q_pe[bx, by * VALID_H:(by + 1) * VALID_H, :], Q_pe_buf)
+        T.fill(acc_o, 0)
+        T.fill(logsum, 0)
+        T.fill(scores_max, -T.infinity(accum))
+        for k in T.Pipelined(n_blocks, num_stages=c.num_stages):
+            start = first_token + k * block_N
+            T.copy(KV[bx, start:start + block_N, 0, :], KV_shared)
+            T.copy(K_pe[bx, start:start + block_N, 0, :], K_pe_shared)
+            T.gemm(Q_buf, KV_shared, acc_s, transpose_B=True, policy=policy, clear_accum=True)
+            T.gemm(Q_pe_buf, K_pe_shared, acc_s, transpose_B=True, policy=policy)
+            if masked:
+                for i, j in T.Parallel(block_H, block_N):
+                    acc_s[i, j] = T.if_then_else(start + j < seqlen, acc_s[i, j], -T.infinity(accum))
+            T.copy(scores_max, scores_max_prev)
+            T.reduce_max(acc_s, scores_max, dim=1, clear=False)  # running max
+            for i in T.Parallel(block_H):
+                scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+            for i, j in T.Parallel(block_H, block_N):
+                acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
+            T.reduce_sum(acc_s, scores_sum, dim=1)
+            T.copy(acc_s, P_buf)
+            for i in T.Parallel(block_H):
+                logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+            for i, j in T.Parallel(block_H, dim):
+                acc_o[i, j] *= scores_scale[i]
+            T.gemm(P_buf, KV_shared, acc_o, policy=policy)
+        for i, j in T.Parallel(block_H, dim):
+            acc_o[i, j] /= logsum[i]
+
+    @T.prim_func
+    def main_split(
+            Q: T.Tensor([batch, heads, dim], dtype),
+            Q_pe: T.Tensor([batch, heads, pe_dim], dtype),
+            KV: T.Tensor([batch, seqlen, 1, dim], dtype),
+            K_pe: T.Tensor([batch, seqlen, 1, pe_dim], dtype),
+            glse: T.Tensor([batch, heads, num_split], accum),
+            O_partial: T.Tensor([batch, heads, num_split, dim], accum),
+            Output: T.Tensor([batch, heads, dim], dtype),
+            Lse: T.Tensor([batch, heads], accum),
+    ):
+        with T.Kernel(batch, head_blocks, num_split, threads=c.threads) as (bx, by, bz):
+            acc_o = T.alloc_fragment([block_H, dim], accum)
+            logsum = T.alloc_fragment([block_H], accum)
+            scores_max = T.alloc_fragment([block_H], accum)
+            T.use_swizzle(10)
+            attend(Q, Q_pe, KV, K_pe, bx, by, bz * split_len, blocks_per_split, acc_o, logsum, scores_max)
+            for i in T.Parallel(block_H):
+                logsum[i] = T.log2(logsum[i]) + scores_max[i] * scale
+            T.copy(logsum, glse[bx, by * VALID_H:(by + 1) * VALID_H, bz])
+            T.copy(acc_o, O_partial[bx, by * VALID_H:(by + 1) * VALID_H, bz, :])
+
+        with T.Kernel(heads, batch, threads=128) as (hid, bid):
+            o_accum = T.alloc_fragment([dim], accum)
+            lse_max = T.alloc_local([1], accum)
+            lse_sum = T.alloc_local([1], accum)
+            weight = T.alloc_local([1], accum)
+            T.clear(o_accum)
+            lse_max[0] = -T.infinity(accum)
+            lse_sum[0] = 0
+            for k in T.serial(num_split):
+                lse_max[0] = T.max(lse_max[0], glse[bid, hid, k])
+            for k in T.serial(num_split):
+                lse_sum[0] += T.exp2(glse[bid, hid, k] - lse_max[0])
+            lse_sum[0] = T.log2(lse_sum[0]) + lse_max[0]
+            for k in T.serial(num_split):
+                weight[0] = T.exp2(glse[bid, hid, k] - lse_sum[0])
+                for i in T.Parallel(dim):
+                    o_accum[i] += O_partial[bid, hid, k, i] * weight[0]
+            for i in T.Parallel(dim):
+                Output[bid, hid, i] = o_accum[i]
+            Lse[bid, hid] = lse_sum[0] * LN2
+
+    @T.prim_func
+    def main_no_split(
+            Q: T.Tensor([batch, heads, dim], dtype),
+            Q_pe: T.Tensor([batch, heads, pe_dim], dtype),
+            KV: T.Tensor([batch, seqlen, 1, dim], dtype),
+            K_pe: T.Tensor([batch, seqlen, 1, pe_dim], dtype),
+            Output: T.Tensor([batch, heads, dim], dtype),
+            Lse: T.Tensor([batch, heads], accum),
+    ):
+        with T.Kernel(batch, head_blocks, threads=c.threads) as (bx, by):
+            acc_o = T.alloc_fragment([block_H, dim], accum)
+            logsum = T.alloc_fragment([block_H], accum)
+            scores_max = T.alloc_fragment([block_H], accum)
+            T.use_swizzle(10)
+            attend(Q, Q_pe, KV, K_pe, bx, by, 0, blocks_per_split, acc_o, logsum, scores_max)
+            for i in T.Parallel(block_H):
+                logsum[i] = (T.log2(logsum[i]) + scores_max[i] * scale) * LN2
+            T.copy(logsum, Lse[bx, by * VALID_H:(by + 1) * VALID_H])
+            if in_shared:
+                O_shared = T.alloc_shared([block_H, dim], dtype)
+                T.copy(acc_o, O_shared)
+                T.copy(O_shared, Output[bx, by * VALID_H:(by + 1) * VALID_H, :])
+            else:
+                T.copy(acc_o, Output[bx, by * VALID_H:(by + 1) * VALID_H, :])
+
+    return main_split if num_split > 1 else main_no_split
+
+
+# ----------------------------------------------------------------------------
+# Targets, compilation and the Python entry point.
+
+def target_for(arch: str) -> dict:
+    """TileLang target for 'gfx942' or 'sm_90a'-style architecture names."""
+    base = arch.split(":")[0]
+    if base.startswith("gfx"):
+        return {"kind": "hip", "mcpu": base}
+    if base.startswith("sm_"):
+        # wgmma and TMA need the arch-specific 'a' variant on Hopper.
+        return {"kind": "cuda", "arch": base + "a" if base == "sm_90" else base}
+    raise ValueError(f"unknown architecture {arch!r}: expected 'gfx...' (ROCm) or 'sm_..' (CUDA)")
+
+
+def lower(shape: Shape, config: TileConfig, arch: str) -> str:
+    """Device source code for one kernel, without a GPU (codegen only)."""
+    from tvm.target import Target
+
+    target = target_for(arch)
+    p = plan(shape, config, SM_COUNT.get(arch.split(":")[0], 132))
+    with tilelang.transform.PassContext(config=PASS_CONFIGS), Target(target):
+        return tilelang.lower(program(p), target=target).kernel_source
+
+
+def device_arch(device) -> str:
+    """'gfx942' on ROCm, 'sm_90' on CUDA, for a torch device."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    gcn = getattr(props, "gcnArchName", "")
+    if getattr(torch.version, "hip", None) and gcn:
+        return gcn.split(":")[0]
+    return f"sm_{props.major}{props.minor}"
+
+
+class CompiledDecode:
+    """A compiled kernel for one (shape, config), with its workspace."""
+
+    def __init__(self, shape: Shape, config: TileConfig, arch: str, sm_count: int):
+        self.plan = plan(shape, config, sm_count)
+        self.arch = arch
+        self.kernel = tilelang.compile(program(self.plan), target=target_for(arch), pass_configs=PASS_CONFIGS)
+        self._workspace = {}
+
+    def workspace(self, device):
+        import torch
+
+        if device not in self._workspace:
+            s, n = self.plan.shape, self.plan.num_split
+            self._workspace[device] = (
+                torch.empty(s.batch, s.heads, n, device=device, dtype=torch.float32),
+                torch.empty(s.batch, s.heads, n, s.dim, device=device, dtype=torch.float32),
+            )
+        return self._workspace[device]
+
+    def __call__(self, q, q_pe, kv, k_pe, out, lse):
+        """Launch on checked inputs; writes ``out`` and ``lse`` in place."""
+        if self.plan.num_split > 1:
+            glse, partial = self.workspace(q.device)
+            self.kernel(q, q_pe, kv, k_pe, glse, partial, out, lse)
+        else:
+            self.kernel(q, q_pe, kv, k_pe, out, lse)
+        return out, lse
+
+
+_compiled: dict = {}
+
+
+def compiled(shape: Shape, config: TileConfig, device=None) -> CompiledDecode:
+    """Compile once per (shape, config, device architecture) in this process;
+    TileLang's own disk cache makes later processes cheap."""
+    import torch
+
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    arch = device_arch(device)
+    key = (shape, config, arch)
+    if key not in _compiled:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        _compiled[key] = CompiledDecode(shape, config, arch, sms)
+    return _compiled[key]
+
+
+def check_inputs(q, q_pe, kv, k_pe) -> Shape:
+    """Validate decode inputs before any launch; returns their Shape.
+
+    Layout: q [batch, heads, dim], q_pe [batch, heads, pe_dim],
+    kv [batch, seqlen, 1, dim], k_pe [batch, seqlen, 1, pe_dim].
+    """
+    import torch
+
+    named = {"q": q, "q_pe": q_pe, "kv": kv, "k_pe": k_pe}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"{name}: dtype must be float16 or bfloat16, got {t.dtype}")
+    for name, t in named.items():
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}; all inputs must share one dtype")
+    for name, ndim in (("q", 3), ("q_pe", 3), ("kv", 4), ("k_pe", 4)):
+        if named[name].dim() != ndim:
+            raise ValueError(f"{name}: must have {ndim} dimensions, got shape {tuple(named[name].shape)}")
+    batch, heads, dim = q.shape
+    seqlen, kv_heads = kv.shape[1], kv.shape[2]
+    pe_dim = q_pe.shape[2]
+    if batch < 1:
+        raise ValueError(f"q: batch must be >= 1, got {batch}")
+    if seqlen < 1:
+        raise ValueError(f"kv: seqlen (dimension 1) must be >= 1, got {seqlen}")
+    if kv_heads != 1:
+        raise ValueError(f"kv: MLA decode shares one latent KV head (dimension 2 must be 1), got {kv_heads}")
+    expected = {
+        "q_pe": (batch, heads, pe_dim),
+        "kv": (batch, seqlen, 1, dim),
+        "k_pe": (batch, seqlen, 1, pe_dim),
+    }
+    for name, want in expected.items():
+        if tuple(named[name].shape) != want:
+            raise ValueError(f"{name}: shape must be {want} to match q {tuple(q.shape)} and kv "
+                             f"{tuple(kv.shape)}, got {tuple(named[name].shape)}")
+    for name, t in named.items():
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous (call .contiguous())")
+    for name in ("q", "q_pe"):
+        if not bool(torch.isfinite(named[name]).all()):
+            raise ValueError(f"{name}: contains NaN or Inf")
+    for name, t in named.items():
+        if t.device.type != "cuda":
+            raise ValueError(f"{name}: must be on a GPU (cuda or hip) device, got {t.device}")
+        if t.device != q.device:
+            raise ValueError(f"{name}: on {t.device}, but q is on {q.device}; all inputs must share one device")
+    dtype = "float16" if q.dtype == torch.float16 else "bfloat16"
+    shape = Shape(batch=batch, seqlen=seqlen, heads=heads, dtype=dtype, dim=dim, pe_dim=pe_dim)
+    shape.check()
+    return shape
+
+
+def mla_decode(q, q_pe, kv, k_pe, *, config: TileConfig | None = None, return_lse: bool = False):
+    """MLA decode attention: softmax(q·kᵀ / sqrt(dim + pe_dim)) · kv.
+
+    Returns ``out`` [batch, heads, dim] in the input dtype, and with
+    ``return_lse`` also the natural-log log-sum-exp [batch, heads] (float32).
+    ``config`` defaults to the tuned config of the device's architecture.
+    """
+    import torch
+
+    shape = check_inputs(q, q_pe, kv, k_pe)
+    config = config or config_for_arch(device_arch(q.device))
+    kernel = compiled(shape, config, q.device)
+    out = torch.empty_like(q)
+    lse = torch.empty(shape.batch, shape.heads, device=q.device, dtype=torch.float32)
+    kernel(q, q_pe, kv, k_pe, out, lse)
+    return (out, lse) if return_lse else out
+
+
+# ----------------------------------------------------------------------------
+# Reference and inputs.
+
+def reference(q, q_pe, kv, k_pe, compute_dtype=None):
+    """The seed's ref_program: concatenate latent + RoPE parts, softmax at scale
+    (dim + pe_dim) ** -0.5, times the latent part; plus the natural-log lse.
+
+    ``compute_dtype`` float32 (default) or float64 gives a reference; the input
+    dtype gives torch's eager working-precision version (softmax in float32).
+    """
+    import torch
+
+    cd = compute_dtype or torch.float32
+    # A reference takes a few sequences at a time: float32 copies of a 16k-token cache are large.
+    step = q.shape[0] if cd == q.dtype else max(1, (1 << 27) // (kv.shape[1] * (kv.shape[3] + k_pe.shape[3])))
+    outs, lses = [], []
+    for b in range(0, q.shape[0], step):
+        sl = slice(b, b + step)
+        query = torch.cat([q[sl], q_pe[sl]], dim=-1).to(cd)  # [b, h, dim + pe_dim]
+        key = torch.cat([kv[sl], k_pe[sl]], dim=-1)[:, :, 0].to(cd)  # [b, s, dim + pe_dim]
+        scores = torch.bmm(query, key.transpose(1, 2)).to(torch.promote_types(cd, torch.float32))
+        scores = scores * query.shape[-1] ** -0.5
+        lses.append(torch.logsumexp(scores, dim=-1))
+        probs = torch.softmax(scores, dim=-1).to(cd)
+        outs.append(torch.bmm(probs, kv[sl, :, 0].to(cd)))
+    return torch.cat(outs), torch.cat(lses)
+
+
+def random_inputs(shape: Shape, device="cpu", seed: int = 0):
+    """Seeded standard-normal inputs (never zeros): q, q_pe, kv, k_pe."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dtype = getattr(torch, shape.dtype)
+    b, s, h = shape.batch, shape.seqlen, shape.heads
+
+    def randn(*size):
+        return torch.randn(*size, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+    return randn(b, h, shape.dim), randn(b, h, shape.pe_dim), randn(b, s, 1, shape.dim), randn(b, s, 1, shape.pe_dim)

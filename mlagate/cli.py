@@ -1,0 +1,99 @@
+"""mlagate: the command line. Each subcommand parses its arguments, calls the
+library and maps failures to exit codes (0 ok, 1 regression or failed cases,
+2 error: bad input, missing or corrupt results, config errors)."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mlagate import config as config_mod
+
+EXIT_OK, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=False, highlight=False)
+
+
+def cmd_bench(args, cfg) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mlagate import bench, measure, report
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError("mlagate bench needs a CUDA or ROCm GPU; torch sees none "
+                         "(on a CPU machine, `mlagate build --codegen-only` checks the kernels)")
+    impls = args.impl or list(cfg.implementations)
+    for name in impls:
+        if name not in cfg.implementations:
+            raise config_mod.ConfigError(f"--impl {name}: not in implementations ({', '.join(cfg.implementations)})")
+    cases = cfg.grid.cases(args.grid, impls, args.dtype)
+    gpus = parse_gpus(args.gpus)
+    env_start = measure.environment()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=_console(), transient=False) as progress:
+        task = progress.add_task("benchmark", total=len(cases))
+
+        def on_result(outcome):
+            progress.update(task, advance=1, description=f"{outcome['impl']} b={outcome['batch']} "
+                                                          f"s={outcome['seqlen']}: {outcome['status']}")
+
+        rows = bench.run_cases(cases, cfg.timing, gpus=gpus, on_result=on_result)
+    env = {"start": env_start, "end": measure.environment(), "config_digest": cfg.digest}
+    platform = env_start["platform"]
+    rows = bench.add_metrics(rows, peaks=cfg.roofline.get((env_start.get("arch") or "").rstrip("a")),
+                             vendor=cfg.platform(platform).vendor)
+    _console().print(report.bench_table(rows, vendor=cfg.platform(platform).vendor))
+    if args.out:
+        bench.write_outputs(args.out, rows, env)
+        print(f"wrote {args.out} and {Path(args.out).with_suffix('.csv')}")
+    return EXIT_FAIL if any(r["status"] == "failed" for r in rows) else EXIT_OK
+
+
+def parse_gpus(text):
+    """'all', a count ('4') or a list ('0,2,3') -> GPU indices; None for one GPU as visible."""
+    if not text:
+        return None
+    if text == "all" or text.isdigit():
+        import torch
+
+        available = torch.cuda.device_count()
+        wanted = available if text == "all" else int(text)
+        if wanted < 1 or wanted > available:
+            raise ValueError(f"--gpus {text}: {available} GPU(s) visible")
+        return list(range(wanted))
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--gpus must be 'all', a count or a comma-separated list, got {text!r}") from None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="mlagate", description=__doc__)
+    parser.add_argument("--config", default=None, help="perf.yml (default: the repository's)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("bench", help="measure the grid and print a table")
+    p.add_argument("--grid", default="quick", choices=("quick", "full"))
+    p.add_argument("--impl", action="append", help="implementation (repeatable; default: all in perf.yml)")
+    p.add_argument("--dtype", action="append", choices=config_mod.DTYPES, help="dtype (repeatable)")
+    p.add_argument("--gpus", default=None, help="'all', N, or a list like 0,2: one worker per GPU")
+    p.add_argument("--out", default=None, help="write JSON (raw samples) here and CSV beside it")
+    p.set_defaults(func=cmd_bench)
+
+    args = parser.parse_args(argv)
+    try:
+        cfg = config_mod.load(args.config)
+        return args.func(args, cfg)
+    except (config_mod.ConfigError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""perf.yml -> frozen dataclasses, validated once. Errors name the key path."""
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+DEFAULT_PATH = Path(__file__).resolve().parent.parent / "perf.yml"
+PLATFORMS = ("rocm", "cuda")
+DTYPES = ("float16", "bfloat16")
+KNOWN_IMPLS = ("tilelang-hopper", "tilelang-cdna3", "flash_mla", "flashinfer", "aiter", "triton", "torch")
+
+
+class ConfigError(ValueError):
+    """perf.yml is missing, unreadable or invalid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Case:
+    impl: str
+    batch: int
+    seqlen: int
+    dtype: str
+    heads: int = 128
+
+    @property
+    def key(self) -> tuple:
+        """Identity of a case across commits (impl, batch, seqlen, dtype)."""
+        return (self.impl, self.batch, self.seqlen, self.dtype)
+
+    def label(self) -> str:
+        return f"{self.impl} b={self.batch} s={self.seqlen} {self.dtype}"
+
+
+@dataclass(frozen=True)
+class Grid:
+    heads: int
+    dtypes: tuple
+    sizes: dict  # name -> (batches, seqlens)
+
+    def cases(self, name: str, impls, dtypes=None) -> list:
+        if name not in self.sizes:
+            raise ConfigError(f"grid.{name}: no such grid; known: {sorted(self.sizes)}")
+        batches, seqlens = self.sizes[name]
+        return [Case(impl, b, s, d, self.heads)
+                for impl, d, b, s in itertools.product(impls, dtypes or self.dtypes, batches, seqlens)]
+
+
+@dataclass(frozen=True)
+class Platform:
+    vendor: str
+    tilelang: str
+
+
+@dataclass(frozen=True)
+class Timing:
+    warmup_ms: float
+    rep_ms: float
+    min_samples: int
+    max_samples: int
+    cold_l2: bool
+    cuda_graph: bool
+
+
+@dataclass(frozen=True)
+class Peak:
+    tflops: float
+    tbps: float
+
+
+@dataclass(frozen=True)
+class RatioRule:
+    floor: float
+    max_drop: float
+
+
+@dataclass(frozen=True)
+class Gate:
+    gated: tuple
+    max_slowdown: float
+    alpha: float
+    min_samples: int
+    ratio: dict  # platform -> RatioRule
+    drift_lookback: int
+    drift_max_slowdown: float
+    confirm_rounds: int
+    max_new_spill_bytes: int
+    shared_memory_limit: dict  # arch -> bytes
+
+
+@dataclass(frozen=True)
+class Config:
+    grid: Grid
+    implementations: tuple
+    platforms: dict  # "rocm"/"cuda" -> Platform
+    timing: Timing
+    roofline: dict  # arch -> Peak
+    gate: Gate
+    digest: str  # sha256 of the validated content, stored with every record
+
+    def platform(self, name: str) -> Platform:
+        if name not in self.platforms:
+            raise ConfigError(f"platforms.{name}: not configured")
+        return self.platforms[name]
+
+
+class _Reader:
+    """Walks the raw YAML and turns every problem into a ConfigError naming its key."""
+
+    def __init__(self, data, path=""):
+        self.data, self.path = data, path
+
+    def _key(self, key):
+        return f"{self.path}.{key}" if self.path else key
+
+    def section(self, key, allowed) -> "_Reader":
+        value = self.data.get(key) if isinstance(self.data, dict) else None
+        if not isinstance(value, dict):
+            raise ConfigError(f"{self._key(key)}: must be a mapping, got {type(value).__name__}")
+        unknown = sorted(set(value) - set(allowed))
+        if unknown:
+            raise ConfigError(f"{self._key(key)}.{unknown[0]}: unknown key (allowed: {', '.join(allowed)})")
+        return _Reader(value, self._key(key))
+
+    def get(self, key, kind, *, minimum=None, maximum=None, exclusive_min=False):
+        if key not in self.data:
+            raise ConfigError(f"{self._key(key)}: missing")
+        value = self.data[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ConfigError(f"{self._key(key)}: must be {kind.__name__}, got {value!r}")
+        if minimum is not None and (value <= minimum if exclusive_min else value < minimum):
+            rule = f"> {minimum}" if exclusive_min else f">= {minimum}"
+            raise ConfigError(f"{self._key(key)}: must be {rule}, got {value!r}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(f"{self._key(key)}: must be <= {maximum}, got {value!r}")
+        return value
+
+    def int_list(self, key, minimum=1):
+        values = self.data.get(key)
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{self._key(key)}: must be a non-empty list, got {values!r}")
+        for v in values:
+            if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+                raise ConfigError(f"{self._key(key)}: every entry must be an integer >= {minimum}, got {v!r}")
+        return tuple(values)
+
+    def choice_list(self, key, choices):
+        values = self.data.get(key)
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{self._key(key)}: must be a non-empty list, got {values!r}")
+        for v in values:
+            if v not in choices:
+                raise ConfigError(f"{self._key(key)}: {v!r} is not one of {', '.join(choices)}")
+        return tuple(values)
+
+
+def parse(data) -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(f"top level: must be a mapping, got {type(data).__name__}")
+    top = _Reader(data)
+    top_keys = ("grid", "implementations", "platforms", "timing", "roofline", "gate")
+    unknown = sorted(set(data) - set(top_keys))
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown key (allowed: {', '.join(top_keys)})")
+
+    g = top.section("grid", ("heads", "dtypes", "quick", "full"))
+    sizes = {}
+    for name in ("quick", "full"):
+        s = g.section(name, ("batch", "seqlen"))
+        sizes[name] = (s.int_list("batch"), s.int_list("seqlen"))
+    heads = g.get("heads", int, minimum=16, maximum=128)
+    grid = Grid(heads=heads, dtypes=g.choice_list("dtypes", DTYPES), sizes=sizes)
+
+    impls = top.choice_list("implementations", KNOWN_IMPLS)
+
+    p = top.section("platforms", PLATFORMS)
+    platforms = {}
+    for name in PLATFORMS:
+        s = p.section(name, ("vendor", "tilelang"))
+        vendor, tilelang = s.get("vendor", str), s.get("tilelang", str)
+        for key, value in (("vendor", vendor), ("tilelang", tilelang)):
+            if value not in impls:
+                raise ConfigError(f"platforms.{name}.{key}: {value!r} is not in implementations")
+        platforms[name] = Platform(vendor, tilelang)
+
+    t = top.section("timing", ("warmup_ms", "rep_ms", "min_samples", "max_samples", "cold_l2", "cuda_graph"))
+    timing = Timing(
+        warmup_ms=t.get("warmup_ms", float, minimum=0),
+        rep_ms=t.get("rep_ms", float, minimum=0, exclusive_min=True),
+        min_samples=t.get("min_samples", int, minimum=1),
+        max_samples=t.get("max_samples", int, minimum=1),
+        cold_l2=t.get("cold_l2", bool),
+        cuda_graph=t.get("cuda_graph", bool),
+    )
+    if timing.max_samples < timing.min_samples:
+        raise ConfigError(f"timing.max_samples: must be >= timing.min_samples ({timing.min_samples}), "
+                          f"got {timing.max_samples}")
+
+    r = top.section("roofline", tuple(data.get("roofline") or ()))
+    roofline = {}
+    for arch in r.data:
+        s = r.section(arch, ("tflops", "tbps"))
+        roofline[arch] = Peak(s.get("tflops", float, minimum=0, exclusive_min=True),
+                              s.get("tbps", float, minimum=0, exclusive_min=True))
+
+    gt = top.section("gate", ("gated", "latency", "vendor_ratio", "drift", "confirm", "build"))
+    lat = gt.section("latency", ("max_slowdown", "alpha", "min_samples"))
+    vr = gt.section("vendor_ratio", PLATFORMS)
+    ratio = {}
+    for name in PLATFORMS:
+        s = vr.section(name, ("floor", "max_drop"))
+        ratio[name] = RatioRule(s.get("floor", float, minimum=0), s.get("max_drop", float, minimum=0, maximum=1))
+    drift = gt.section("drift", ("lookback", "max_slowdown"))
+    confirm = gt.section("confirm", ("rounds",))
+    build = gt.section("build", ("max_new_spill_bytes", "shared_memory_limit"))
+    smem = build.section("shared_memory_limit", tuple(build.data.get("shared_memory_limit") or ()))
+    gate = Gate(
+        gated=gt.choice_list("gated", impls),
+        max_slowdown=lat.get("max_slowdown", float, minimum=0, exclusive_min=True, maximum=1),
+        alpha=lat.get("alpha", float, minimum=0, exclusive_min=True, maximum=0.5),
+        min_samples=lat.get("min_samples", int, minimum=3),
+        ratio=ratio,
+        drift_lookback=drift.get("lookback", int, minimum=2),
+        drift_max_slowdown=drift.get("max_slowdown", float, minimum=0, exclusive_min=True),
+        confirm_rounds=confirm.get("rounds", int, minimum=2),
+        max_new_spill_bytes=build.get("max_new_spill_bytes", int, minimum=0),
+        shared_memory_limit={arch: smem.get(arch, int, minimum=1) for arch in smem.data},
+    )
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    return Config(grid, impls, platforms, timing, roofline, gate, digest)
+
+
+def load(path=None) -> Config:
+    path = Path(path or DEFAULT_PATH)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    try:
+        return parse(data)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None

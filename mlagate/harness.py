@@ -1,0 +1,81 @@
+"""Measure one case in this process: inputs, correctness, then timing.
+
+A wrong implementation is reported as failed and never timed; one that cannot
+run here is skipped with the reason. Used by the grid runner's worker, the asv
+benchmarks and the gate's confirmation alike, so all time the same way.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from mlagate import impls
+from mlagate.config import Case, Timing
+from mlagate.kernels import mla_decode
+from mlagate.measure import time_gpu
+
+RTOL = ATOL = 0.01
+SEED = 0
+
+
+class WrongResult(Exception):
+    """The implementation's output does not match the reference."""
+
+
+@dataclass
+class Outcome:
+    case: Case
+    status: str  # "ok" | "failed" | "skipped"
+    reason: str | None = None
+    samples: dict | None = None  # measure.Samples.to_dict()
+    error: dict = field(default_factory=dict)  # max abs/rel error against the reference
+
+    def to_dict(self) -> dict:
+        return {"impl": self.case.impl, "batch": self.case.batch, "seqlen": self.case.seqlen,
+                "dtype": self.case.dtype, "heads": self.case.heads, "status": self.status, "reason": self.reason,
+                "samples": self.samples, "error": self.error}
+
+
+def shape_of(case: Case) -> mla_decode.Shape:
+    return mla_decode.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
+
+
+class Inputs:
+    """Seeded random inputs and their float32 reference, shared by all
+    implementations of one problem size (built once, on the GPU)."""
+
+    def __init__(self, case: Case, device):
+        self.shape = shape_of(case)
+        self.tensors = mla_decode.random_inputs(self.shape, device=device, seed=SEED)
+        self.expected, _ = mla_decode.reference(*self.tensors)
+
+
+def check_output(out, expected) -> dict:
+    """Raise WrongResult unless out matches expected at rtol = atol = 0.01."""
+    out = out.reshape(expected.shape).float()
+    if not bool(torch.isfinite(out).all()):
+        raise WrongResult(f"output has {int((~torch.isfinite(out)).sum())} NaN/Inf elements")
+    diff = (out - expected).abs()
+    err = {"max_abs": float(diff.max()), "max_rel": float((diff / expected.abs().clamp_min(1e-6)).max())}
+    bad = diff > ATOL + RTOL * expected.abs()
+    if bool(bad.any()):
+        raise WrongResult(f"{int(bad.sum())} of {bad.numel()} elements off by more than atol={ATOL} + "
+                          f"rtol={RTOL}·|ref| (max abs error {err['max_abs']:.3g})")
+    return err
+
+
+def measure_case(case: Case, timing: Timing, inputs: Inputs, device) -> Outcome:
+    try:
+        launch = impls.prepare(case.impl, inputs.tensors, device)
+    except impls.Unavailable as e:
+        return Outcome(case, "skipped", str(e))
+    out = launch()
+    torch.cuda.synchronize()
+    try:
+        error = check_output(out, inputs.expected)
+    except WrongResult as e:
+        return Outcome(case, "failed", f"wrong result: {e}")
+    samples = time_gpu(launch, warmup_ms=timing.warmup_ms, rep_ms=timing.rep_ms, min_samples=timing.min_samples,
+                       max_samples=timing.max_samples, cold_l2=timing.cold_l2, cuda_graph=timing.cuda_graph,
+                       device=device)
+    return Outcome(case, "ok", samples=samples.to_dict(), error=error)

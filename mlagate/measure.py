@@ -1,0 +1,217 @@
+"""GPU timing: one function, device events, a cold last-level cache per sample.
+
+Shaped like ``triton.testing.do_bench`` and FlashInfer's ``bench_gpu_time``:
+budgets in milliseconds, raw samples returned, summarising left to the caller.
+"""
+
+import os
+import platform as _platform
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+
+# Last-level caches that torch does not report as L2: MI300X's 256 MB Infinity Cache.
+LAST_LEVEL_CACHE_BYTES = {"gfx942": 256 << 20}
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Per-call kernel times in ms, and how they were taken."""
+
+    times_ms: tuple
+    backend: str  # "cuda-event" or "cuda-graph" (HIP events on ROCm)
+    flush_bytes: int  # buffer written before every sample; 0 = warm cache
+    warmup_calls: int
+    device: str
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["times_ms"] = list(self.times_ms)
+        return d
+
+
+def last_level_cache_bytes(device) -> int:
+    import torch
+
+    from mlagate.kernels.mla_decode import device_arch
+
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size
+    return max(l2, LAST_LEVEL_CACHE_BYTES.get(device_arch(device), 0))
+
+
+class _Flusher:
+    """Writes a buffer of twice the last-level cache, so no input stays cached."""
+
+    def __init__(self, device, enabled: bool):
+        import torch
+
+        self.nbytes = 2 * last_level_cache_bytes(device) if enabled else 0
+        self.buffer = torch.empty(self.nbytes, dtype=torch.int8, device=device) if enabled else None
+
+    def __call__(self):
+        if self.buffer is not None:
+            self.buffer.zero_()
+
+
+def _check_options(warmup_ms, rep_ms, min_samples, max_samples):
+    if warmup_ms < 0:
+        raise ValueError(f"warmup_ms must be >= 0, got {warmup_ms}")
+    if rep_ms <= 0:
+        raise ValueError(f"rep_ms must be > 0, got {rep_ms}")
+    if min_samples < 1:
+        raise ValueError(f"min_samples must be >= 1, got {min_samples}")
+    if max_samples < min_samples:
+        raise ValueError(f"max_samples ({max_samples}) must be >= min_samples ({min_samples})")
+
+
+def _graph(fn):
+    """Capture fn in a CUDA graph; replays skip the host launch path."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # kernels compiled and workspaces allocated outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def time_gpu(fn, *, warmup_ms: float = 25, rep_ms: float = 100, min_samples: int = 10, max_samples: int = 1000,
+             cold_l2: bool = True, cuda_graph: bool = False, device=None) -> Samples:
+    """Time ``fn()`` with device events, one event pair per call.
+
+    Warm-up runs for ``warmup_ms`` so clocks are steady; then at least
+    ``min_samples`` and at most ``max_samples`` calls fill ``rep_ms``. With
+    ``cold_l2`` a buffer of twice the last-level cache is written before every
+    call, outside the timed region. ``cuda_graph`` replays a captured graph.
+    """
+    import torch
+
+    _check_options(warmup_ms, rep_ms, min_samples, max_samples)
+    if not torch.cuda.is_available():
+        raise RuntimeError("time_gpu needs a CUDA or ROCm device; none is available")
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    flush = _Flusher(device, cold_l2)
+    call = _graph(fn) if cuda_graph else fn
+
+    # Estimate one call (with its flush) from five, after a first call that may compile.
+    call()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flush()
+        call()
+    end.record()
+    end.synchronize()
+    estimate_ms = max(start.elapsed_time(end) / 5, 1e-3)
+
+    warmup_calls = int(warmup_ms / estimate_ms)
+    for _ in range(warmup_calls):
+        flush()
+        call()
+
+    n = min(max(int(rep_ms / estimate_ms), min_samples), max_samples)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for s, e in zip(starts, ends):
+        flush()
+        s.record()
+        call()
+        e.record()
+    torch.cuda.synchronize()
+    times = tuple(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return Samples(times, "cuda-graph" if cuda_graph else "cuda-event", flush.nbytes, warmup_calls + 6,
+                   torch.cuda.get_device_name(device))
+
+
+class EventClock:
+    """A timer for asv: reads cumulative device-event seconds, not wall time.
+
+    asv calls ``timer()`` around each batch of benchmark calls; a benchmark that
+    runs its kernel through :meth:`run` advances this clock by the kernel's event
+    time alone, so asv's samples are GPU times (flush excluded) that asv stores
+    and compares like any other time samples.
+    """
+
+    def __init__(self, cold_l2: bool = True):
+        self.cold_l2 = cold_l2
+        self.total_s = 0.0
+        self._flush = None
+
+    def __call__(self) -> float:
+        return self.total_s
+
+    def run(self, fn):
+        import torch
+
+        if self._flush is None:
+            self._flush = _Flusher(torch.cuda.current_device(), self.cold_l2)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self._flush()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        self.total_s += start.elapsed_time(end) / 1e3
+
+
+def _query(cmd) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def clocks() -> dict:
+    """Current SM and memory clocks (MHz) of GPU 0 as the vendor tool reports them."""
+    smi = _query(["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw",
+                  "--format=csv,noheader,nounits", "-i", os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]])
+    if smi:
+        fields = [f.strip() for f in smi.splitlines()[0].split(",")]
+        return dict(zip(("sm_mhz", "mem_mhz", "temp_c", "power_w"), fields))
+    rocm = _query(["rocm-smi", "--showclocks", "--json"])
+    if rocm:
+        return {"rocm_smi": rocm[:2000]}
+    return {"unavailable": "neither nvidia-smi nor rocm-smi answered"}
+
+
+def _version(module: str) -> str | None:
+    try:
+        mod = __import__(module)
+    except Exception:  # a missing or broken package is recorded, not fatal
+        return None
+    return getattr(mod, "__version__", "unknown")
+
+
+def environment(device=None) -> dict:
+    """What a result was measured on: GPU, architecture, versions, clocks, commit."""
+    import torch
+
+    env = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": _platform.node(),
+        "python": _platform.python_version(),
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "tilelang": _version("tilelang"),
+        "cuda": torch.version.cuda,
+        "hip": getattr(torch.version, "hip", None),
+        "platform": "rocm" if getattr(torch.version, "hip", None) else "cuda",
+        "commit": _query(["git", "-C", os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "rev-parse", "HEAD"]),
+    }
+    if torch.cuda.is_available():
+        from mlagate.kernels.mla_decode import device_arch
+
+        device = torch.cuda.current_device() if device is None else device
+        props = torch.cuda.get_device_properties(device)
+        env.update(gpu=props.name, arch=device_arch(device), sm_count=props.multi_processor_count,
+                   l2_bytes=props.L2_cache_size, memory_bytes=props.total_memory,
+                   driver=_query(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+                   clocks=clocks())
+    return env

@@ -1,0 +1,84 @@
+"""The TileLang kernel against the float32 reference, on a GPU."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from mlagate.kernels import mla_decode as m  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+GRID = [(b, s) for b in (64, 128) for s in (1024, 2048, 4096, 8192, 16384)]
+RTOL = ATOL = 0.01
+
+
+def native_config():
+    return m.config_for_arch(m.device_arch(torch.cuda.current_device()))
+
+
+def run_and_check(shape, config, seed):
+    """Launch into NaN-poisoned outputs, then compare out and lse with the reference."""
+    q, q_pe, kv, k_pe = m.random_inputs(shape, device="cuda", seed=seed)
+    kernel = m.compiled(shape, config)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((shape.batch, shape.heads), float("nan"), device="cuda")
+    kernel(q, q_pe, kv, k_pe, out, lse)
+    torch.cuda.synchronize()
+    ref_out, ref_lse = m.reference(q, q_pe, kv, k_pe)
+    assert torch.isfinite(out).all(), "unwritten (NaN) or non-finite output elements"
+    torch.testing.assert_close(out.float(), ref_out, rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(lse, ref_lse, rtol=RTOL, atol=ATOL)
+    return kernel
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("batch,seqlen", GRID)
+@pytest.mark.parametrize("num_split", [1, 4], ids=["no_split", "split4"])
+def test_grid(batch, seqlen, dtype, num_split):
+    config = native_config().with_(num_split=num_split)
+    kernel = run_and_check(m.Shape(batch=batch, seqlen=seqlen, dtype=dtype), config, seed=batch + seqlen)
+    assert kernel.plan.num_split == num_split
+
+
+@pytest.mark.parametrize("batch,heads,seqlen", [
+    (1, 128, 1), (1, 16, 1000), (2, 64, 4097), (1, 128, 32768), (3, 128, 1000), (4, 16, 63), (2, 128, 200),
+])
+@pytest.mark.parametrize("num_split", [0, 1, 4], ids=["auto", "no_split", "split4"])
+def test_edge_shapes(batch, heads, seqlen, num_split):
+    """Odd lengths are masked; a split that would start past the end is dropped."""
+    config = native_config().with_(num_split=num_split)
+    run_and_check(m.Shape(batch=batch, seqlen=seqlen, heads=heads), config, seed=seqlen)
+
+
+@pytest.mark.parametrize("config", list(m.CONFIGS))
+def test_every_config_runs_here(config):
+    """Each architecture's config is plain TileLang and must be right on any GPU
+    it compiles for (the cdna3 config is slow on Hopper, never wrong)."""
+    arch = m.device_arch(torch.cuda.current_device())
+    if config == "hopper" and not arch.startswith("sm_9"):
+        pytest.skip(f"the hopper config needs sm_90 (wgmma, 228 KB shared memory); this GPU is {arch}")
+    run_and_check(m.Shape(batch=8, seqlen=3000), m.CONFIGS[config], seed=7)
+
+
+def test_entry_point_picks_the_native_config_and_returns_lse():
+    shape = m.Shape(batch=4, seqlen=2048)
+    inputs = m.random_inputs(shape, device="cuda", seed=3)
+    out, lse = m.mla_decode(*inputs, return_lse=True)
+    ref_out, ref_lse = m.reference(*inputs)
+    torch.testing.assert_close(out.float(), ref_out, rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(lse, ref_lse, rtol=RTOL, atol=ATOL)
+    assert (shape, native_config(), m.device_arch(0)) in m._compiled
+
+
+def test_fresh_inputs_give_fresh_outputs():
+    """The same compiled kernel on new random inputs computes the new answer."""
+    shape = m.Shape(batch=2, seqlen=1024)
+    for seed in (11, 12):
+        run_and_check(shape, native_config(), seed)
+
+
+def test_bad_device_input_is_rejected_before_launch():
+    shape = m.Shape(batch=2, seqlen=256)
+    q, q_pe, kv, k_pe = m.random_inputs(shape, device="cuda", seed=0)
+    with pytest.raises(ValueError, match="k_pe: must be on a GPU"):
+        m.mla_decode(q, q_pe, kv, k_pe.cpu())
