@@ -104,14 +104,15 @@ def config_for_arch(arch: str) -> TileConfig:
 
 
 def resolve_num_split(shape: Shape, config: TileConfig, sm_count: int) -> int:
-    """The config's split count, or for 0 the smallest power of two that gives
-    every SM at least one block (at batch 64 x 128 heads, 128 head blocks do not
-    fill an H200's 132 SMs; two splits do)."""
+    """The config's split count, or for 0 the smallest power of two (<= 32) whose
+    blocks occupy at least 90% of the SMs. Splitting costs a combine pass and
+    shorter loops: on an H200, batch 64 (128 blocks on 132 SMs) runs 424 TFLOPs
+    unsplit and 390 with two splits (notes/probe_splits_2026-11-29_h200.log)."""
     if config.num_split:
         return config.num_split
-    blocks = shape.batch * math.ceil(shape.heads / config.block_H)
+    blocks = shape.batch * math.ceil(shape.heads / min(config.block_H, shape.heads))
     split = 1
-    while blocks * split < sm_count and split < 32:
+    while blocks * split < 0.9 * sm_count and split < 32:
         split *= 2
     return split
 
@@ -124,7 +125,7 @@ class Plan:
     config: TileConfig
     num_split: int  # splits that hold at least one token
     split_len: int  # tokens per split, a multiple of block_N
-    valid_block_H: int
+    block_H: int  # the config's head block, or all heads when there are fewer
 
     @property
     def masked(self) -> bool:
@@ -134,8 +135,8 @@ class Plan:
 def plan(shape: Shape, config: TileConfig, sm_count: int) -> Plan:
     shape.check()
     config.check()
-    valid_block_H = min(config.block_H, shape.heads)
-    if shape.heads % valid_block_H:
+    block_H = min(config.block_H, shape.heads)
+    if shape.heads % block_H:
         raise ValueError(f"heads ({shape.heads}) must be a multiple of the head block "
                          f"block_H={config.block_H} (config {config.name})")
     requested = resolve_num_split(shape, config, sm_count)
@@ -143,7 +144,7 @@ def plan(shape: Shape, config: TileConfig, sm_count: int) -> Plan:
     split_len = math.ceil(per_split / config.block_N) * config.block_N
     # Drop splits that would start past the end: an empty split has no softmax.
     num_split = math.ceil(shape.seqlen / split_len)
-    return Plan(shape, config, num_split, split_len, valid_block_H)
+    return Plan(shape, config, num_split, split_len, block_H)
 
 
 def program(p: Plan):
@@ -151,10 +152,10 @@ def program(p: Plan):
     s, c = p.shape, p.config
     batch, heads, seqlen, dim, pe_dim = s.batch, s.heads, s.seqlen, s.dim, s.pe_dim
     dtype, accum = s.dtype, "float32"
-    block_N, block_H, VALID_H = c.block_N, c.block_H, p.valid_block_H
+    block_N, block_H = c.block_N, p.block_H
     num_split, split_len = p.num_split, p.split_len
     blocks_per_split = split_len // block_N
-    head_blocks = heads // VALID_H
+    head_blocks = heads // block_H
     scale = s.scale
     masked = p.masked
     policy = getattr(T.GemmWarpPolicy, c.policy)
@@ -178,8 +179,8 @@ def program(p: Plan):
         scores_scale = T.alloc_fragment([block_H], accum)
         scores_sum = T.alloc_fragment([block_H], accum)
 
-        T.copy(Q[bx, by * VALID_H:(by + 1) * VALID_H, :], Q_buf)
-        T.copy(Q_pe[bx, by * VALID_H:(by + 1) * VALID_H, :], Q_pe_buf)
+        T.copy(Q[bx, by * block_H:(by + 1) * block_H, :], Q_buf)
+        T.copy(Q_pe[bx, by * block_H:(by + 1) * block_H, :], Q_pe_buf)
         T.fill(acc_o, 0)
         T.fill(logsum, 0)
         T.fill(scores_max, -T.infinity(accum))
@@ -227,8 +228,8 @@ def program(p: Plan):
             attend(Q, Q_pe, KV, K_pe, bx, by, bz * split_len, blocks_per_split, acc_o, logsum, scores_max)
             for i in T.Parallel(block_H):
                 logsum[i] = T.log2(logsum[i]) + scores_max[i] * scale
-            T.copy(logsum, glse[bx, by * VALID_H:(by + 1) * VALID_H, bz])
-            T.copy(acc_o, O_partial[bx, by * VALID_H:(by + 1) * VALID_H, bz, :])
+            T.copy(logsum, glse[bx, by * block_H:(by + 1) * block_H, bz])
+            T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
 
         with T.Kernel(heads, batch, threads=128) as (hid, bid):
             o_accum = T.alloc_fragment([dim], accum)
@@ -268,13 +269,13 @@ def program(p: Plan):
             attend(Q, Q_pe, KV, K_pe, bx, by, 0, blocks_per_split, acc_o, logsum, scores_max)
             for i in T.Parallel(block_H):
                 logsum[i] = (T.log2(logsum[i]) + scores_max[i] * scale) * LN2
-            T.copy(logsum, Lse[bx, by * VALID_H:(by + 1) * VALID_H])
+            T.copy(logsum, Lse[bx, by * block_H:(by + 1) * block_H])
             if in_shared:
                 O_shared = T.alloc_shared([block_H, dim], dtype)
                 T.copy(acc_o, O_shared)
-                T.copy(O_shared, Output[bx, by * VALID_H:(by + 1) * VALID_H, :])
+                T.copy(O_shared, Output[bx, by * block_H:(by + 1) * block_H, :])
             else:
-                T.copy(acc_o, Output[bx, by * VALID_H:(by + 1) * VALID_H, :])
+                T.copy(acc_o, Output[bx, by * block_H:(by + 1) * block_H, :])
 
     return main_split if num_split > 1 else main_no_split
 

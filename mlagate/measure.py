@@ -202,7 +202,7 @@ def environment(device=None) -> dict:
         "cuda": torch.version.cuda,
         "hip": getattr(torch.version, "hip", None),
         "platform": "rocm" if getattr(torch.version, "hip", None) else "cuda",
-        "commit": _query(["git", "-C", os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        "commit": _query(["git", "-c", "safe.directory=*", "-C", os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                           "rev-parse", "HEAD"]),
     }
     if torch.cuda.is_available():

@@ -23,6 +23,12 @@ def test_configs_lower_without_a_gpu(arch, config, marker):
         assert source.count("__global__ void") >= 2
 
 
+def test_fewer_heads_than_the_head_block_lower():
+    """16 heads: the head block shrinks to 16 (TMA tiles must match the tensor)."""
+    source = m.lower(m.Shape(batch=1, seqlen=1000, heads=16), m.HOPPER, "sm_90")
+    assert "__global__" in source
+
+
 def test_masked_lowering_guards_the_tail():
     source = m.lower(m.Shape(batch=2, seqlen=1000), m.CDNA3, "gfx942")
     assert "< 1000" in source
@@ -44,8 +50,9 @@ def test_targets():
 
 
 def test_split_count_fills_the_device():
-    # 64 x 128 heads / 64 = 128 blocks < 132 SMs: two splits; 128 x 2 = 256 blocks: one.
-    assert m.resolve_num_split(m.Shape(batch=64, seqlen=8192), m.HOPPER, 132) == 2
+    # 64 x 128 heads / 64 = 128 blocks fill 97% of 132 SMs: no split; 32 x 2 = 64 blocks: two splits.
+    assert m.resolve_num_split(m.Shape(batch=64, seqlen=8192), m.HOPPER, 132) == 1
+    assert m.resolve_num_split(m.Shape(batch=32, seqlen=8192), m.HOPPER, 132) == 2
     assert m.resolve_num_split(m.Shape(batch=128, seqlen=8192), m.HOPPER, 132) == 1
     assert m.resolve_num_split(m.Shape(batch=1, seqlen=8192), m.HOPPER, 132) == 32
     assert m.resolve_num_split(m.Shape(batch=1, seqlen=8192), m.CDNA3, 304) == 4
@@ -67,7 +74,7 @@ def test_plan_fits_splits_to_the_sequence(seqlen, num_split, want_split, want_le
 def test_heads_must_fill_head_blocks():
     with pytest.raises(ValueError, match=r"heads \(96\) must be a multiple of the head block"):
         m.plan(m.Shape(batch=1, seqlen=64, heads=96), m.CDNA3, 304)
-    assert m.plan(m.Shape(batch=1, seqlen=64, heads=16), m.CDNA3, 304).valid_block_H == 16
+    assert m.plan(m.Shape(batch=1, seqlen=64, heads=16), m.CDNA3, 304).block_H == 16
 
 
 def naive_float64(q, q_pe, kv, k_pe):
