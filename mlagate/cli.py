@@ -3,7 +3,7 @@ library and maps failures to exit codes (0 ok, 1 regression or failed cases,
 2 error: bad input, missing or corrupt results, config errors)."""
 
 import argparse
-import json
+import os
 import sys
 from pathlib import Path
 
@@ -55,6 +55,28 @@ def cmd_bench(args, cfg) -> int:
     return EXIT_FAIL if any(r["status"] == "failed" for r in rows) else EXIT_OK
 
 
+def cmd_record(args, cfg) -> int:
+    from mlagate import recorder, store
+
+    path = recorder.record(args.rev, results=Path(args.results or store.default_root()), machine=args.machine,
+                           grid=args.grid, dtypes=args.dtype, impls=args.impl, bench_regex=args.bench)
+    print(f"recorded {args.rev} -> {path}")
+    return EXIT_OK
+
+
+def cmd_gate(args, cfg) -> int:
+    from mlagate import gate, report, store
+
+    out = gate.run_gate(cfg, base_rev=args.base, head_rev=args.head, results=Path(args.results or store.default_root()),
+                        out_dir=Path(args.out), machine=args.machine, platform=args.platform, confirm=args.confirm,
+                        record_missing=args.record_missing, grid=args.grid)
+    print(out.markdown)
+    for line in report.annotations(out.verdict):
+        print(line)
+    print(f"wrote {', '.join(str(p) for p in out.files.values())}")
+    return out.verdict.exit_code
+
+
 def parse_gpus(text):
     """'all', a count ('4') or a list ('0,2,3') -> GPU indices; None for one GPU as visible."""
     if not text:
@@ -86,12 +108,40 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="write JSON (raw samples) here and CSV beside it")
     p.set_defaults(func=cmd_bench)
 
+    p = sub.add_parser("record", help="run asv on a commit and append its results to the store")
+    p.add_argument("--rev", default="HEAD", help="commit to record (a worktree is used if it is not checked out)")
+    p.add_argument("--machine", required=True, help="asv machine name (one per GPU model and host setup)")
+    p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
+    p.add_argument("--grid", default="full", choices=("quick", "full"))
+    p.add_argument("--impl", action="append", help="implementation (repeatable; default: all)")
+    p.add_argument("--dtype", action="append", choices=config_mod.DTYPES, help="dtype (repeatable)")
+    p.add_argument("--bench", default=None, help="asv --bench regex (e.g. TimeDecode)")
+    p.set_defaults(func=cmd_record)
+
+    p = sub.add_parser("gate", help="decide head against base from the results store")
+    p.add_argument("--base", required=True, help="base revision (e.g. origin/main)")
+    p.add_argument("--head", required=True, help="head revision (e.g. HEAD)")
+    p.add_argument("--machine", default=None, help="asv machine name (default: the store's only machine)")
+    p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
+    p.add_argument("--platform", default=None, choices=config_mod.PLATFORMS,
+                   help="platform of the results when their env sidecar is missing")
+    p.add_argument("--confirm", action="store_true", help="re-measure flagged cases interleaved (needs the GPU)")
+    p.add_argument("--record-missing", action="store_true", help="record base/head first if the store lacks them")
+    p.add_argument("--grid", default="full", choices=("quick", "full"), help="grid for --record-missing")
+    p.add_argument("--out", default="out/gate", help="folder for gate.md, verdict.json and tflops.png")
+    p.set_defaults(func=cmd_gate)
+
     args = parser.parse_args(argv)
+    from mlagate.gate import GateError
+    from mlagate.store import StoreError
+
     try:
         cfg = config_mod.load(args.config)
         return args.func(args, cfg)
-    except (config_mod.ConfigError, ValueError, OSError) as e:
+    except (config_mod.ConfigError, GateError, StoreError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
+        if os.environ.get("GITHUB_ACTIONS"):
+            print(f"::error title=mlagate {args.command}::{e}")
         return EXIT_ERROR
 
 

@@ -1,0 +1,1 @@
+"""asv benchmarks for the MLA decode kernels (thin shells over mlagate)."""

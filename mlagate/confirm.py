@@ -1,0 +1,83 @@
+"""Re-measure flagged cases with base and head interleaved in one process.
+
+Both commits' kernel files are loaded side by side (``git show``, then imported
+under distinct names) and timed in alternating rounds (A B, B A, ...) on the
+same GPU, with the same inputs. Run-to-run effects (clocks, another tenant, a
+bimodal boost state) hit both sides alike, so what remains is the code change.
+"""
+
+import importlib.util
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from mlagate.config import Case, Timing
+from mlagate.harness import Inputs, check_output
+from mlagate.impls import TILELANG_PREFIX
+from mlagate.measure import time_gpu
+
+KERNEL_FILE = "kernels/mla_decode.py"
+
+
+class ConfirmError(Exception):
+    pass
+
+
+def kernel_module_at(repo, commit):
+    """kernels/mla_decode.py as it was at ``commit``, imported as its own module."""
+    out = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "show", f"{commit}:{KERNEL_FILE}"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise ConfirmError(f"cannot read {KERNEL_FILE} at {commit}: {out.stderr.strip()}")
+    name = f"mla_decode_at_{commit[:12]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(tempfile.mkdtemp(prefix="mlagate-confirm-")) / f"{name}.py"
+    path.write_text(out.stdout)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(module)
+    return module
+
+
+def _launch(module, case: Case, inputs: Inputs):
+    config_name = case.impl[len(TILELANG_PREFIX):]
+    shape = module.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
+    kernel = module.compiled(shape, module.CONFIGS[config_name])
+    q, q_pe, kv, k_pe = inputs.tensors
+    out, lse = torch.empty_like(q), torch.empty(case.batch, case.heads, device=q.device, dtype=torch.float32)
+
+    def launch():
+        kernel(q, q_pe, kv, k_pe, out, lse)
+        return out
+
+    check_output(launch(), inputs.expected)
+    return launch
+
+
+def interleaved(cases, repo, base_commit, head_commit, timing: Timing, rounds: int) -> dict:
+    """{case key: (base samples, head samples)} in seconds, for TileLang cases."""
+    base_mod, head_mod = kernel_module_at(repo, base_commit), kernel_module_at(repo, head_commit)
+    device = torch.device("cuda", torch.cuda.current_device())
+    per_round_ms = max(timing.rep_ms / 2, 20.0)
+    results = {}
+    for case in cases:
+        if not case.impl.startswith(TILELANG_PREFIX):
+            raise ConfirmError(f"{case.label()}: only TileLang kernels change between commits")
+        inputs = Inputs(case, device)
+        sides = {"base": _launch(base_mod, case, inputs), "head": _launch(head_mod, case, inputs)}
+        samples = {"base": [], "head": []}
+        for r in range(rounds):
+            order = ("base", "head") if r % 2 == 0 else ("head", "base")
+            for side in order:
+                s = time_gpu(sides[side], warmup_ms=timing.warmup_ms if r == 0 else 10.0, rep_ms=per_round_ms,
+                             min_samples=5, max_samples=200, cold_l2=timing.cold_l2, device=device)
+                samples[side].extend(t / 1e3 for t in s.times_ms)
+        results[case.key] = (tuple(samples["base"]), tuple(samples["head"]))
+        del inputs
+        torch.cuda.empty_cache()
+    return results

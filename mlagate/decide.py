@@ -1,0 +1,203 @@
+"""The gate's decision: head against base, case by case. Pure: no I/O, no printing.
+
+Latency: the raw samples of base and head must show a slowdown of at least
+``max_slowdown`` in the medians *and* a one-sided Mann-Whitney U p-value below
+``alpha``. Vendor ratio (TileLang TFLOPs over the vendor's, from the head's own
+run, so machine drift cancels): at least ``floor`` on every case and no more
+than ``max_drop`` (relative) below the base's ratio. A flagged case fails only
+if the interleaved re-measure agrees, when one was made. Drift against the best
+of recent main-branch results is a warning. Anything missing or broken is an
+error: the gate never passes by default.
+"""
+
+from dataclasses import dataclass, field
+
+from mlagate import stats
+from mlagate.config import Config
+from mlagate.store import BENCH_RATIO, BENCH_TIME, CommitResults
+
+PASS, REGRESSION, ERROR = "pass", "regression", "error"
+EXIT = {PASS: 0, REGRESSION: 1, ERROR: 2}
+
+
+@dataclass
+class CaseVerdict:
+    case: tuple  # (impl, batch, seqlen, dtype)
+    status: str  # pass | regression | error | no_baseline | removed | skipped
+    reasons: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    base_median_s: float | None = None
+    head_median_s: float | None = None
+    change: float | None = None  # head/base - 1 of the medians
+    p_value: float | None = None
+    vendor_ratio: float | None = None
+    base_vendor_ratio: float | None = None
+    flagged: bool = False  # slower than base: fails once confirmed (or when no re-measure was made)
+    below_floor: bool = False  # vendor ratio under the floor in head's own run: fails outright
+    confirmation: dict | None = None  # {"change", "p_value", "agrees"}
+
+    @property
+    def label(self) -> str:
+        impl, batch, seqlen, dtype = self.case
+        return f"{impl} b={batch} s={seqlen} {dtype}"
+
+
+@dataclass
+class Verdict:
+    outcome: str  # pass | regression | error
+    cases: list
+    errors: list = field(default_factory=list)  # problems not tied to one case
+    warnings: list = field(default_factory=list)
+    base: str = ""
+    head: str = ""
+    platform: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT[self.outcome]
+
+    def flagged(self) -> list:
+        return [c for c in self.cases if c.flagged]
+
+
+def _latency(cv: CaseVerdict, base, head, cfg: Config):
+    g = cfg.gate
+    if not base.samples or not head.samples:
+        which = "base" if not base.samples else "head"
+        cv.reasons.append(f"no raw samples in the {which} results (record with asv run --record-samples; "
+                          "`mlagate record` does)")
+        cv.status = ERROR
+        return
+    if min(len(base.samples), len(head.samples)) < g.min_samples:
+        cv.reasons.append(f"too few samples: base {len(base.samples)}, head {len(head.samples)} "
+                          f"(gate.latency.min_samples = {g.min_samples})")
+        cv.status = ERROR
+        return
+    cv.base_median_s, cv.head_median_s = stats.median(base.samples), stats.median(head.samples)
+    cv.change = cv.head_median_s / cv.base_median_s - 1
+    cv.p_value = stats.slower_p_value(base.samples, head.samples)
+    if cv.change >= g.max_slowdown and cv.p_value < g.alpha:
+        cv.flagged = True
+        cv.reasons.append(f"latency +{cv.change:.1%} (median {cv.base_median_s * 1e6:.1f} → "
+                          f"{cv.head_median_s * 1e6:.1f} µs, p = {cv.p_value:.1e}; threshold +{g.max_slowdown:.0%} "
+                          f"at p < {g.alpha})")
+
+
+def _ratio(cv: CaseVerdict, base_ratio, head_ratio, rule):
+    cv.vendor_ratio = head_ratio
+    cv.base_vendor_ratio = base_ratio
+    if head_ratio is None:
+        return
+    if head_ratio < rule.floor:
+        cv.below_floor = True
+        cv.reasons.append(f"vendor ratio {head_ratio:.2f} below the floor {rule.floor:.2f}")
+    if base_ratio is not None and head_ratio < base_ratio * (1 - rule.max_drop):
+        cv.flagged = True
+        cv.reasons.append(f"vendor ratio dropped {1 - head_ratio / base_ratio:.1%} "
+                          f"({base_ratio:.3f} → {head_ratio:.3f}; max drop {rule.max_drop:.0%})")
+
+
+def _ratio_value(results: CommitResults, key):
+    entry = results.entries(BENCH_RATIO).get(key)
+    return entry.value if entry is not None and entry.status == "ok" else None
+
+
+def _drift(cv: CaseVerdict, head, history, cfg: Config):
+    """Warn when head is slower than the best recent main-branch median."""
+    g = cfg.gate
+    medians = [stats.median(e.samples) for e in (r.entries(BENCH_TIME).get(cv.case) for r in history[-g.drift_lookback:])
+               if e is not None and e.status == "ok" and e.samples]
+    if len(medians) < 2 or not head.samples:
+        return
+    best = min(medians)
+    slower = stats.median(head.samples) / best - 1
+    if slower >= g.drift_max_slowdown:
+        cv.warnings.append(f"drift: {slower:.1%} slower than the best of the last {len(medians)} main results "
+                           f"({best * 1e6:.1f} µs)")
+
+
+def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config):
+    """The interleaved A/B re-measure decides a flagged case."""
+    base_s, head_s = confirmation
+    change = stats.median(head_s) / stats.median(base_s) - 1
+    p = stats.slower_p_value(base_s, head_s)
+    # A ratio rule is confirmed by the same slowdown its own threshold allows.
+    threshold = cfg.gate.max_slowdown
+    if any("vendor ratio dropped" in r for r in cv.reasons):
+        threshold = min(threshold, cfg.gate.ratio[_platform_of(cfg, cv)].max_drop)
+    agrees = change >= threshold and p < cfg.gate.alpha
+    cv.confirmation = {"change": change, "p_value": p, "agrees": agrees, "samples": (len(base_s), len(head_s))}
+    if not agrees:
+        cv.warnings.append(f"not confirmed: interleaved re-measure shows {change:+.1%} (p = {p:.2g})")
+    return agrees
+
+
+def _platform_of(cfg: Config, cv: CaseVerdict) -> str:
+    for name, platform in cfg.platforms.items():
+        if platform.tilelang == cv.case[0]:
+            return name
+    return next(iter(cfg.platforms))
+
+
+def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: str, *, history=(),
+             confirmations=None) -> Verdict:
+    """Compare head with base for every gated case.
+
+    ``history``: earlier main-branch results, oldest first, for the drift warning.
+    ``confirmations``: {case: (base_samples, head_samples)} from an interleaved
+    re-measure; a flagged case without one fails (the report says so).
+    """
+    g = cfg.gate
+    rule = g.ratio[platform]
+    tilelang = cfg.platform(platform).tilelang
+    base_t, head_t = base.entries(BENCH_TIME), head.entries(BENCH_TIME)
+    keys = sorted({k for k in (*base_t, *head_t) if k[0] in g.gated}, key=str)
+    verdict = Verdict(PASS, [], base=base.commit, head=head.commit, platform=platform)
+    if not keys:
+        verdict.errors.append(f"no gated cases ({', '.join(g.gated)}) in either result")
+
+    ratio_seen = False
+    for key in keys:
+        cv = CaseVerdict(key, PASS)
+        b, h = base_t.get(key), head_t.get(key)
+        if h is None:
+            cv.status = "removed"
+            cv.warnings.append("in base, not in head (grid changed?)")
+        elif h.status == "failed":
+            cv.status = ERROR
+            cv.reasons.append("benchmark failed in head (see the asv log sidecar)")
+        elif b is None or b.status != "ok":
+            cv.status = "no_baseline" if h.status == "ok" else "skipped"
+            cv.warnings.append("new case: no base result" if b is None else f"base result is {b.status}")
+        elif h.status == "skipped":
+            cv.status = ERROR
+            cv.reasons.append("measured in base but skipped in head")
+        else:
+            _latency(cv, b, h, cfg)
+            if cv.status != ERROR:
+                _drift(cv, h, list(history), cfg)
+        if key[0] == tilelang and cv.status in (PASS, "no_baseline"):
+            head_ratio = _ratio_value(head, key)
+            ratio_seen |= head_ratio is not None
+            _ratio(cv, _ratio_value(base, key), head_ratio, rule)
+        if cv.flagged and cv.status == PASS:
+            confirmation = (confirmations or {}).get(key)
+            if confirmation is None:
+                cv.status = REGRESSION
+                if confirmations is not None:
+                    cv.warnings.append("no interleaved re-measure for this case")
+            else:
+                cv.status = REGRESSION if _apply_confirmation(cv, confirmation, cfg) else PASS
+        if cv.below_floor and cv.status in (PASS, "no_baseline"):
+            cv.status = REGRESSION
+        verdict.cases.append(cv)
+
+    if any(k[0] == tilelang for k in keys) and not ratio_seen:
+        verdict.errors.append(f"no vendor ratio for {tilelang} in the head results: was the vendor kernel "
+                              f"'{cfg.platform(platform).vendor}' measured?")
+    statuses = {c.status for c in verdict.cases}
+    if verdict.errors or ERROR in statuses:
+        verdict.outcome = ERROR
+    elif REGRESSION in statuses:
+        verdict.outcome = REGRESSION
+    return verdict

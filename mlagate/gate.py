@@ -1,0 +1,105 @@
+"""The gate pipeline: store -> decide (-> interleaved confirm -> decide) -> report files."""
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlagate import decide, report
+from mlagate.config import Case, Config
+from mlagate.recorder import REPO, git, resolve
+from mlagate.store import BENCH_TFLOPS, Store, StoreError
+
+
+class GateError(Exception):
+    """Missing inputs the gate cannot decide without; the message says what to run."""
+
+
+@dataclass
+class GateOutput:
+    verdict: decide.Verdict
+    markdown: str
+    files: dict
+
+
+def pick_machine(store: Store, machine: str | None) -> str:
+    machines = store.machines()
+    if machine:
+        return machine
+    if len(machines) == 1:
+        return machines[0]
+    raise GateError(f"{store.root}: {len(machines)} machines ({', '.join(machines) or 'none'}); pass --machine")
+
+
+def main_history(store: Store, machine: str, base: str, lookback: int) -> list:
+    """Recorded first-parent ancestors of base (base included), oldest first."""
+    try:
+        commits = git("rev-list", "--first-parent", f"--max-count={lookback * 4}", base).split()
+    except ValueError:
+        return []
+    recorded = store.load_all(machine)
+    return [recorded[c] for c in reversed(commits) if c in recorded]
+
+
+def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_dir: Path, machine=None,
+             platform=None, confirm=False, record_missing=False, grid="full", echo=print) -> GateOutput:
+    store = Store(results)
+    base_commit, head_commit = resolve(base_rev), resolve(head_rev)
+    machine = pick_machine(store, machine)
+    loaded = {}
+    for name, commit in (("base", base_commit), ("head", head_commit)):
+        found = store.load(machine, commit) if machine in store.machines() else None
+        if found is None and record_missing:
+            from mlagate.recorder import record
+
+            echo(f"{name} {commit[:8]} has no results on '{machine}': recording it now")
+            record(commit, results=results, machine=machine, grid=grid, echo=echo)
+            found = store.load(machine, commit)
+        if found is None:
+            raise GateError(f"no {name} results for {commit[:8]} on machine '{machine}' in {results}. Run: "
+                            f"mlagate record --rev {commit} --machine {machine} --results {results} "
+                            f"(or add --record-missing to the gate)")
+        loaded[name] = found
+    env = store.read_sidecar(machine, head_commit, "env") or {}
+    platform = platform or env.get("platform")
+    if platform not in cfg.platforms:
+        raise GateError(f"unknown platform for head {head_commit[:8]}: no env sidecar names it; pass --platform "
+                        f"({' or '.join(cfg.platforms)})")
+    history = [r for r in main_history(store, machine, base_commit, cfg.gate.drift_lookback)
+               if r.commit != head_commit]
+    verdict = decide.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history)
+    flagged = verdict.flagged()
+    if confirm and flagged:
+        from mlagate import confirm as confirm_mod
+
+        cases = [Case(*c.case, heads=cfg.grid.heads) for c in flagged]
+        echo(f"confirming {len(cases)} flagged case(s) with an interleaved base/head re-measure")
+        confirmations = confirm_mod.interleaved(cases, REPO, base_commit, head_commit, cfg.timing,
+                                                cfg.gate.confirm_rounds)
+        verdict = decide.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history,
+                                  confirmations=confirmations)
+    elif flagged:
+        verdict.warnings.append("flagged cases were not re-measured interleaved (run the gate with --confirm "
+                                "on the GPU host to rule out run-to-run noise)")
+    verdict.warnings += [f"skipped unreadable results: {p}" for p in store.problems]
+    return write_outputs(verdict, loaded["head"], out_dir, vendor=cfg.platform(platform).vendor)
+
+
+def write_outputs(verdict, head, out_dir: Path, vendor: str) -> GateOutput:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    points = [(k[0], k[1], k[2], k[3], e.value) for k, e in head.entries(BENCH_TFLOPS).items() if e.status == "ok"]
+    plot = report.tflops_plot(points, out_dir / "tflops.png") if points else None
+    markdown = report.gate_markdown(verdict, plot="tflops.png" if plot else None, vendor=vendor)
+    files = {"markdown": out_dir / "gate.md", "json": out_dir / "verdict.json"}
+    files["markdown"].write_text(markdown)
+    files["json"].write_text(json.dumps(report.verdict_dict(verdict), indent=1, default=str))
+    if plot:
+        files["plot"] = Path(plot)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as f:
+            f.write(markdown)
+    return GateOutput(verdict, markdown, files)
+
+
+__all__ = ["GateError", "StoreError", "run_gate"]

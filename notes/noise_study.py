@@ -1,0 +1,56 @@
+"""Noise study: how far apart are medians of the same case measured repeatedly?
+
+For each case, ROUNDS rounds interleaved across cases (A B C A B C ...), each
+round one median. Method "mlagate": time_gpu as configured in perf.yml (200 ms
+warm-up, cold L2 every sample, >= 50 samples). Method "do_bench":
+triton.testing.do_bench defaults (25 ms warm-up, 100 ms, its own cache flush),
+median. The GPU starts idle, as in CI. Prints spread = (max - min) / median and
+the stdev of the round medians; writes every sample to the JSON path given.
+Run: PYTHONPATH=$PWD python notes/noise_study.py out.json
+"""
+import json
+import statistics
+import sys
+import time
+
+import torch
+import triton.testing
+
+from mlagate import config, impls
+from mlagate.config import Case
+from mlagate.harness import Inputs
+from mlagate.measure import clocks, time_gpu
+
+ROUNDS = 15
+CASES = [Case("tilelang-hopper", 128, 8192, "float16"), Case("tilelang-hopper", 64, 1024, "float16"),
+         Case("flash_mla", 64, 4096, "float16"), Case("triton", 128, 2048, "float16")]
+timing = config.load().timing
+device = torch.device("cuda", 0)
+launches = {}
+for case in CASES:
+    inputs = Inputs(case, device)
+    launches[case] = (impls.prepare(case.impl, inputs.tensors, device), inputs)
+results = {c.label(): {"mlagate": [], "do_bench": [], "samples": []} for c in CASES}
+print("clocks at start:", clocks(), flush=True)
+time.sleep(5)  # let the GPU drop back to idle clocks, as a fresh CI job finds it
+for method in ("do_bench", "mlagate"):
+    for r in range(ROUNDS):
+        for case in CASES:
+            launch = launches[case][0]
+            if method == "mlagate":
+                s = time_gpu(launch, warmup_ms=timing.warmup_ms, rep_ms=timing.rep_ms, min_samples=timing.min_samples,
+                             max_samples=timing.max_samples, cold_l2=True)
+                results[case.label()]["mlagate"].append(statistics.median(s.times_ms))
+                results[case.label()]["samples"].append(list(s.times_ms))
+            else:
+                results[case.label()]["do_bench"].append(triton.testing.do_bench(launch, return_mode="median"))
+    time.sleep(5)
+print("clocks at end:", clocks())
+print(f"{'case':42s} {'method':9s} {'median us':>10s} {'spread':>7s} {'stdev':>6s}")
+for label, r in results.items():
+    for method in ("do_bench", "mlagate"):
+        meds = r[method]
+        mid = statistics.median(meds)
+        print(f"{label:42s} {method:9s} {mid*1e3:10.1f} {(max(meds)-min(meds))/mid:7.2%} "
+              f"{statistics.stdev(meds)/mid:6.2%}")
+json.dump(results, open(sys.argv[1], "w"))
