@@ -10,6 +10,7 @@ from pathlib import Path
 from mlagate import config as config_mod
 
 EXIT_OK, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+SUBCOMMAND_MODULES = ("mlagate.build", "mlagate.publish", "mlagate.containers")
 
 
 def _console():
@@ -77,6 +78,19 @@ def cmd_gate(args, cfg) -> int:
     return out.verdict.exit_code
 
 
+def cmd_results(args, cfg) -> int:
+    from mlagate import store
+
+    if args.action == "checkout":
+        path = store.checkout_branch(Path.cwd(), args.branch, args.path, remote=args.remote)
+        print(f"results branch '{args.branch}' at {path}; use --results {Path(path) / 'results'}")
+    else:
+        changed = store.commit_branch(args.path, args.message, remote=args.remote, branch=args.branch,
+                                      push=not args.no_push)
+        print("pushed new results" if changed else "nothing new to push")
+    return EXIT_OK
+
+
 def parse_gpus(text):
     """'all', a count ('4') or a list ('0,2,3') -> GPU indices; None for one GPU as visible."""
     if not text:
@@ -130,6 +144,20 @@ def main(argv=None) -> int:
     p.add_argument("--grid", default="full", choices=("quick", "full"), help="grid for --record-missing")
     p.add_argument("--out", default="out/gate", help="folder for gate.md, verdict.json and tflops.png")
     p.set_defaults(func=cmd_gate)
+
+    p = sub.add_parser("results", help="use a git branch as the results store (CI pushes results to it)")
+    p.add_argument("action", choices=("checkout", "push"))
+    p.add_argument("--branch", default="perf-results")
+    p.add_argument("--path", default=".asv/branch", help="worktree of the results branch")
+    p.add_argument("--remote", default="origin")
+    p.add_argument("--message", default="results", help="commit message for push")
+    p.add_argument("--no-push", action="store_true", help="commit in the worktree but do not push")
+    p.set_defaults(func=cmd_results)
+
+    import importlib
+
+    for name in SUBCOMMAND_MODULES:  # each adds its parser and sets func(args, cfg) -> exit code
+        importlib.import_module(name).add_parser(sub)
 
     args = parser.parse_args(argv)
     from mlagate.gate import GateError

@@ -1,0 +1,30 @@
+# Two entry points (README quick-start):
+#   make test    fresh clone -> .venv with pinned packages -> pytest (GPU tests skip without a GPU)
+#   make bench   on a GPU host: record this commit, gate it against BASE (bare-host twin of
+#                `docker compose run --rm bench`)
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# CPU machines take torch from PyPI's CPU wheel; GPU images bring their own build (TORCH= to keep it).
+TORCH ?= torch==2.13.0
+MACHINE ?= $(shell hostname)
+BASE ?= origin/main
+GRID ?= full
+RESULTS ?= .asv/results
+
+.PHONY: test bench venv lint
+
+$(BIN)/mlagate: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH) -e '.[test,lint]'
+
+venv: $(BIN)/mlagate
+
+test: venv
+	$(BIN)/python -m pytest
+
+bench: venv
+	$(BIN)/mlagate record --rev HEAD --machine $(MACHINE) --grid $(GRID) --results $(RESULTS)
+	$(BIN)/mlagate gate --base $(BASE) --head HEAD --machine $(MACHINE) --results $(RESULTS) \
+		--confirm --record-missing --grid $(GRID) --out out/gate
