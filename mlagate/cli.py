@@ -3,6 +3,7 @@ library and maps failures to exit codes (0 ok, 1 regression or failed cases,
 2 error: bad input, missing or corrupt results, config errors)."""
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -91,6 +92,30 @@ def cmd_results(args, cfg) -> int:
     return EXIT_OK
 
 
+def cmd_calibrate(args, cfg) -> int:
+    from mlagate import calibration, report
+
+    data = json.loads(Path(args.noise).read_text())
+    g = cfg.gate
+    slowdowns = [i / 100 for i in range(0, 11)]
+    curves = {}
+    for label, recorded in data.items():
+        rounds = recorded["samples"]
+        per_side = min(g.confirm_rounds, (len(rounds) - 2) // 2)
+        curves[label] = calibration.detection_curve(rounds, slowdowns, screen=g.screen, threshold=g.threshold,
+                                                    alpha=g.alpha, confirm_rounds=per_side, trials=args.trials)
+    print(report.calibration_markdown(curves, g))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "calibration.json").write_text(json.dumps(curves, indent=1))
+        report.calibration_plot(curves, out / "calibration.png", threshold=g.threshold)
+        print(f"wrote {out / 'calibration.json'} and {out / 'calibration.png'}")
+    at = {label: dict((round(s, 2), failed) for s, _, failed in c) for label, c in curves.items()}
+    ok = all(a[0.05] >= 0.95 and a[0.0] <= 0.01 for a in at.values())
+    return EXIT_OK if ok else EXIT_FAIL
+
+
 def parse_gpus(text):
     """'all', a count ('4') or a list ('0,2,3') -> GPU indices; None for one GPU as visible."""
     if not text:
@@ -153,6 +178,13 @@ def main(argv=None) -> int:
     p.add_argument("--message", default="results", help="commit message for push")
     p.add_argument("--no-push", action="store_true", help="commit in the worktree but do not push")
     p.set_defaults(func=cmd_results)
+
+    p = sub.add_parser("calibrate", help="detection rate vs injected slowdown on recorded GPU noise")
+    p.add_argument("--noise", default="tests/fixtures/h200/noise_study_2026-11-29.json",
+                   help="rounds of samples per case (notes/noise_study.py output)")
+    p.add_argument("--trials", type=int, default=400)
+    p.add_argument("--out", default=None, help="folder for calibration.json and calibration.png")
+    p.set_defaults(func=cmd_calibrate)
 
     import importlib
 

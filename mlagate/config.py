@@ -80,7 +80,8 @@ class RatioRule:
 @dataclass(frozen=True)
 class Gate:
     gated: tuple
-    max_slowdown: float
+    threshold: float
+    screen: float
     alpha: float
     min_samples: int
     ratio: dict  # platform -> RatioRule
@@ -209,7 +210,7 @@ def parse(data) -> Config:
                               s.get("tbps", float, minimum=0, exclusive_min=True))
 
     gt = top.section("gate", ("gated", "latency", "vendor_ratio", "drift", "confirm", "build"))
-    lat = gt.section("latency", ("max_slowdown", "alpha", "min_samples"))
+    lat = gt.section("latency", ("threshold", "screen", "alpha", "min_samples"))
     vr = gt.section("vendor_ratio", PLATFORMS)
     ratio = {}
     for name in PLATFORMS:
@@ -221,7 +222,8 @@ def parse(data) -> Config:
     smem = build.section("shared_memory_limit", tuple(build.data.get("shared_memory_limit") or ()))
     gate = Gate(
         gated=gt.choice_list("gated", impls),
-        max_slowdown=lat.get("max_slowdown", float, minimum=0, exclusive_min=True, maximum=1),
+        threshold=lat.get("threshold", float, minimum=0, exclusive_min=True, maximum=1),
+        screen=lat.get("screen", float, minimum=0, exclusive_min=True, maximum=1),
         alpha=lat.get("alpha", float, minimum=0, exclusive_min=True, maximum=0.5),
         min_samples=lat.get("min_samples", int, minimum=3),
         ratio=ratio,
@@ -231,6 +233,9 @@ def parse(data) -> Config:
         max_new_spill_bytes=build.get("max_new_spill_bytes", int, minimum=0),
         shared_memory_limit={arch: smem.get(arch, int, minimum=1) for arch in smem.data},
     )
+    if gate.screen > gate.threshold:
+        raise ConfigError(f"gate.latency.screen: must be <= gate.latency.threshold ({gate.threshold}), "
+                          f"got {gate.screen}")
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     return Config(grid, impls, platforms, timing, roofline, gate, digest)
 

@@ -1,8 +1,9 @@
 """The gate's decision: head against base, case by case. Pure: no I/O, no printing.
 
 Latency: the raw samples of base and head must show a slowdown of at least
-``max_slowdown`` in the medians *and* a one-sided Mann-Whitney U p-value below
-``alpha``. Vendor ratio (TileLang TFLOPs over the vendor's, from the head's own
+``threshold`` in the medians *and* a one-sided Mann-Whitney U p-value below
+``alpha``. Cases past the lower ``screen`` are re-measured interleaved when the
+gate runs with confirmation, and that re-measure decides them. Vendor ratio (TileLang TFLOPs over the vendor's, from the head's own
 run, so machine drift cancels): at least ``floor`` on every case and no more
 than ``max_drop`` (relative) below the base's ratio. A flagged case fails only
 if the interleaved re-measure agrees, when one was made. Drift against the best
@@ -32,7 +33,8 @@ class CaseVerdict:
     p_value: float | None = None
     vendor_ratio: float | None = None
     base_vendor_ratio: float | None = None
-    flagged: bool = False  # slower than base: fails once confirmed (or when no re-measure was made)
+    flagged: bool = False  # slower than base beyond the screen: re-measure interleaved to decide
+    over_threshold: bool = False  # the stored results alone break a rule
     below_floor: bool = False  # vendor ratio under the floor in head's own run: fails outright
     confirmation: dict | None = None  # {"change", "p_value", "agrees"}
 
@@ -60,6 +62,12 @@ class Verdict:
         return [c for c in self.cases if c.flagged]
 
 
+def is_slower(base, head, threshold: float, alpha: float) -> bool:
+    """The latency rule on two sample sets: slower medians by >= threshold, and significant."""
+    return (stats.median_ratio(base, head) - 1 >= threshold
+            and stats.slower_p_value(base, head) < alpha)
+
+
 def _latency(cv: CaseVerdict, base, head, cfg: Config):
     g = cfg.gate
     if not base.samples or not head.samples:
@@ -76,10 +84,11 @@ def _latency(cv: CaseVerdict, base, head, cfg: Config):
     cv.base_median_s, cv.head_median_s = stats.median(base.samples), stats.median(head.samples)
     cv.change = cv.head_median_s / cv.base_median_s - 1
     cv.p_value = stats.slower_p_value(base.samples, head.samples)
-    if cv.change >= g.max_slowdown and cv.p_value < g.alpha:
+    if is_slower(base.samples, head.samples, g.screen, g.alpha):
         cv.flagged = True
+        cv.over_threshold = is_slower(base.samples, head.samples, g.threshold, g.alpha)
         cv.reasons.append(f"latency +{cv.change:.1%} (median {cv.base_median_s * 1e6:.1f} → "
-                          f"{cv.head_median_s * 1e6:.1f} µs, p = {cv.p_value:.1e}; threshold +{g.max_slowdown:.0%} "
+                          f"{cv.head_median_s * 1e6:.1f} µs, p = {cv.p_value:.1e}; threshold +{g.threshold:.1%} "
                           f"at p < {g.alpha})")
 
 
@@ -92,7 +101,7 @@ def _ratio(cv: CaseVerdict, base_ratio, head_ratio, rule):
         cv.below_floor = True
         cv.reasons.append(f"vendor ratio {head_ratio:.2f} below the floor {rule.floor:.2f}")
     if base_ratio is not None and head_ratio < base_ratio * (1 - rule.max_drop):
-        cv.flagged = True
+        cv.flagged = cv.over_threshold = True
         cv.reasons.append(f"vendor ratio dropped {1 - head_ratio / base_ratio:.1%} "
                           f"({base_ratio:.3f} → {head_ratio:.3f}; max drop {rule.max_drop:.0%})")
 
@@ -119,13 +128,13 @@ def _drift(cv: CaseVerdict, head, history, cfg: Config):
 def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config):
     """The interleaved A/B re-measure decides a flagged case."""
     base_s, head_s = confirmation
-    change = stats.median(head_s) / stats.median(base_s) - 1
+    change = stats.median_ratio(base_s, head_s) - 1
     p = stats.slower_p_value(base_s, head_s)
-    # A ratio rule is confirmed by the same slowdown its own threshold allows.
-    threshold = cfg.gate.max_slowdown
+    # A ratio drop is confirmed by the slowdown its own rule allows.
+    threshold = cfg.gate.threshold
     if any("vendor ratio dropped" in r for r in cv.reasons):
         threshold = min(threshold, cfg.gate.ratio[_platform_of(cfg, cv)].max_drop)
-    agrees = change >= threshold and p < cfg.gate.alpha
+    agrees = is_slower(base_s, head_s, threshold, cfg.gate.alpha)
     cv.confirmation = {"change": change, "p_value": p, "agrees": agrees, "samples": (len(base_s), len(head_s))}
     if not agrees:
         cv.warnings.append(f"not confirmed: interleaved re-measure shows {change:+.1%} (p = {p:.2g})")
@@ -182,12 +191,16 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
             _ratio(cv, _ratio_value(base, key), head_ratio, rule)
         if cv.flagged and cv.status == PASS:
             confirmation = (confirmations or {}).get(key)
-            if confirmation is None:
+            if confirmation is not None:
+                cv.status = REGRESSION if _apply_confirmation(cv, confirmation, cfg) else PASS
+            elif cv.over_threshold:
                 cv.status = REGRESSION
                 if confirmations is not None:
                     cv.warnings.append("no interleaved re-measure for this case")
             else:
-                cv.status = REGRESSION if _apply_confirmation(cv, confirmation, cfg) else PASS
+                cv.warnings.append(f"{cv.change:+.1%}: past the {g.screen:.2%} screen, under the "
+                                   f"{g.threshold:.1%} threshold; not re-measured")
+                cv.reasons.clear()
         if cv.below_floor and cv.status in (PASS, "no_baseline"):
             cv.status = REGRESSION
         verdict.cases.append(cv)

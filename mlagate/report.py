@@ -119,3 +119,40 @@ def tflops_plot(points, path, *, title="MLA decode TFLOPs") -> str:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return str(path)
+
+
+# -- calibration ---------------------------------------------------------------
+
+def calibration_markdown(curves, gate) -> str:
+    """curves: {case label: [(slowdown, screened share, failed share)]}."""
+    slowdowns = [s for s, _, _ in next(iter(curves.values()))]
+    lines = [f"Share of simulated gate runs that fail (screen {gate.screen:.2%}, threshold {gate.threshold:.1%}, "
+             f"p < {gate.alpha}, then interleaved confirmation)", "",
+             "| case | " + " | ".join(f"{s:.0%}" for s in slowdowns) + " |",
+             "|---|" + "---:|" * len(slowdowns)]
+    for label, curve in curves.items():
+        lines.append(f"| {label} | " + " | ".join(f"{failed:.2f}" for _, _, failed in curve) + " |")
+    return "\n".join(lines)
+
+
+def calibration_plot(curves, path, *, threshold) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, curve in curves.items():
+        ax.plot([s * 100 for s, _, _ in curve], [f for _, _, f in curve], marker="o", label=label)
+    ax.axhline(0.95, color="grey", ls=":", lw=1)
+    ax.axhline(0.01, color="grey", ls=":", lw=1)
+    ax.axvline(threshold * 100, color="red", ls="--", lw=1, label=f"threshold {threshold:.1%}")
+    ax.set_xlabel("injected slowdown (%)")
+    ax.set_ylabel("share of gate runs that fail")
+    ax.set_title("Gate calibration on recorded H200 noise")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
