@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,10 +42,21 @@ def main_history(store: Store, machine: str, base: str, lookback: int) -> list:
     return [recorded[c] for c in reversed(commits) if c in recorded]
 
 
+def commit_of(rev: str) -> str:
+    """A revision's full hash; a full hash is taken as given, so results can be
+    gated in a clone that lacks the commits (e.g. a results branch checkout)."""
+    try:
+        return resolve(rev)
+    except ValueError:
+        if re.fullmatch(r"[0-9a-f]{40}", rev):
+            return rev
+        raise
+
+
 def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_dir: Path, machine=None,
              platform=None, confirm=False, record_missing=False, grid="full", echo=print) -> GateOutput:
     store = Store(results)
-    base_commit, head_commit = resolve(base_rev), resolve(head_rev)
+    base_commit, head_commit = commit_of(base_rev), commit_of(head_rev)
     machine = pick_machine(store, machine)
     loaded = {}
     for name, commit in (("base", base_commit), ("head", head_commit)):
@@ -56,8 +68,9 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
             record(commit, results=results, machine=machine, grid=grid, echo=echo)
             found = store.load(machine, commit)
         if found is None:
-            raise GateError(f"no {name} results for {commit[:8]} on machine '{machine}' in {results}. Run: "
-                            f"mlagate record --rev {commit} --machine {machine} --results {results} "
+            unreadable = "".join(f"; unreadable: {p}" for p in store.problems)
+            raise GateError(f"no {name} results for {commit[:8]} on machine '{machine}' in {results}{unreadable}. "
+                            f"Run: mlagate record --rev {commit} --machine {machine} --results {results} "
                             f"(or add --record-missing to the gate)")
         loaded[name] = found
     env = store.read_sidecar(machine, head_commit, "env") or {}

@@ -130,7 +130,7 @@ class Store:
             try:
                 commit, date, benchmarks = parse_results_file(path)
             except StoreError as e:
-                self.problems.append(Problem(str(path), str(e).split(": ", 1)[1]))
+                self._problem(Problem(str(path), str(e).split(": ", 1)[1]))
                 continue
             found = by_commit.setdefault(commit, CommitResults(machine, commit, date, []))
             found.paths.append(str(path))
@@ -169,8 +169,12 @@ class Store:
         try:
             return json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as e:
-            self.problems.append(Problem(str(path), f"corrupt sidecar ({e})"))
+            self._problem(Problem(str(path), f"corrupt sidecar ({e})"))
             return None
+
+    def _problem(self, problem: Problem):
+        if problem not in self.problems:  # loading twice reports once
+            self.problems.append(problem)
 
 
 # -- a results branch -----------------------------------------------------------

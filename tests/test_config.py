@@ -1,0 +1,55 @@
+import copy
+
+import pytest
+import yaml
+
+from mlagate import config
+
+RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
+
+
+def parse_with(change):
+    raw = copy.deepcopy(RAW)
+    change(raw)
+    return config.parse(raw)
+
+
+def test_repository_config_loads():
+    cfg = config.load()
+    assert cfg.platform("cuda").vendor == "flash_mla"
+    assert cfg.platform("rocm").vendor == "aiter"
+    assert len(cfg.grid.cases("full", ["tilelang-hopper"])) == 10 * len(cfg.grid.dtypes)
+    assert len(cfg.digest) == 16
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda r: r["gate"]["latency"].update(treshold=0.1), "gate.latency.treshold: unknown key"),
+    (lambda r: r.update(extra=1), "extra: unknown key"),
+    (lambda r: r["timing"].update(rep_ms=0), r"timing.rep_ms: must be > 0, got 0.0"),
+    (lambda r: r["timing"].update(min_samples="many"), "timing.min_samples: must be int, got 'many'"),
+    (lambda r: r["timing"].update(max_samples=1), "timing.max_samples: must be >= timing.min_samples"),
+    (lambda r: r["grid"]["full"].update(seqlen=[0]), "grid.full.seqlen: every entry must be an integer >= 1"),
+    (lambda r: r["grid"].update(dtypes=["float8"]), "grid.dtypes: 'float8' is not one of"),
+    (lambda r: r["platforms"]["cuda"].update(vendor="cudnn"), "platforms.cuda.vendor: 'cudnn' is not in"),
+    (lambda r: r["gate"]["latency"].update(screen=0.5), "gate.latency.screen: must be <= gate.latency.threshold"),
+    (lambda r: r["gate"]["vendor_ratio"]["rocm"].pop("floor"), "gate.vendor_ratio.rocm.floor: missing"),
+    (lambda r: r["gate"]["latency"].update(alpha=-3), r"gate.latency.alpha: must be > 0"),
+    (lambda r: r["roofline"]["sm_90"].update(tflops=True), "roofline.sm_90.tflops: must be float"),
+])
+def test_invalid_values_name_the_key(change, message):
+    with pytest.raises(config.ConfigError, match=message):
+        parse_with(change)
+
+
+def test_load_reports_the_file(tmp_path):
+    with pytest.raises(config.ConfigError, match="cannot read"):
+        config.load(tmp_path / "absent.yml")
+    bad = tmp_path / "bad.yml"
+    bad.write_text("grid: [unclosed")
+    with pytest.raises(config.ConfigError, match=f"{bad}: not valid YAML"):
+        config.load(bad)
+
+
+def test_unknown_grid_name():
+    with pytest.raises(config.ConfigError, match="grid.huge: no such grid"):
+        config.load().grid.cases("huge", ["torch"])

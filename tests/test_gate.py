@@ -1,0 +1,180 @@
+"""The gate driven by real asv results recorded on an H200, and copies altered
+to produce each situation the gate must handle."""
+
+import json
+
+import pytest
+
+import gate_fixtures as fx
+from mlagate import cli, config, decide
+from mlagate.store import BENCH_RATIO, BENCH_TIME, Store
+
+HOPPER_128 = ("tilelang-hopper", 128, 4096, "float16")
+
+
+@pytest.fixture
+def root(tmp_path):
+    return fx.copy_store(tmp_path)
+
+
+def by_case(verdict):
+    return {c.case: c for c in verdict.cases}
+
+
+def test_pass_on_a_docs_only_change(root):
+    verdict = fx.evaluate(root, head=fx.DOCS)
+    assert verdict.outcome == "pass" and verdict.exit_code == 0
+    assert {c.case for c in verdict.cases} == {fx.HOPPER_64, HOPPER_128}
+    assert all(abs(c.change) < 0.025 for c in verdict.cases)
+    assert all(c.vendor_ratio > 0.7 for c in verdict.cases)
+
+
+def test_a_real_slowdown_is_a_regression(root):
+    verdict = fx.evaluate(root, head=fx.SLOW)
+    assert verdict.outcome == "regression" and verdict.exit_code == 1
+    for cv in verdict.cases:
+        assert cv.status == "regression"
+        assert cv.change > 0.2 and cv.p_value < 1e-10
+        assert "latency +" in cv.reasons[0]
+
+
+def test_small_slowdown_between_screen_and_threshold_passes_without_confirmation(root):
+    fx.edit(root, fx.DOCS, BENCH_TIME, fx.HOPPER_64, fx.slow_down(1.02))
+    cv = by_case(fx.evaluate(root, head=fx.DOCS))[fx.HOPPER_64]
+    assert cv.flagged and cv.status == "pass"
+    assert "not re-measured" in cv.warnings[0]
+
+
+def test_confirmation_decides_a_flagged_case(root):
+    fx.edit(root, fx.DOCS, BENCH_TIME, fx.HOPPER_64, fx.slow_down(1.10))
+    store = Store(root)
+    base_samples = store.load(fx.MACHINE, fx.BASE).entries(BENCH_TIME)[fx.HOPPER_64].samples
+    same = {fx.HOPPER_64: (base_samples, base_samples)}
+    slower = {fx.HOPPER_64: (base_samples, tuple(s * 1.10 for s in base_samples))}
+    cleared = by_case(fx.evaluate(root, head=fx.DOCS, confirmations=same))[fx.HOPPER_64]
+    assert cleared.status == "pass" and "not confirmed" in cleared.warnings[0]
+    assert cleared.confirmation["agrees"] is False
+    confirmed = by_case(fx.evaluate(root, head=fx.DOCS, confirmations=slower))[fx.HOPPER_64]
+    assert confirmed.status == "regression" and confirmed.confirmation["agrees"] is True
+
+
+def test_vendor_ratio_below_floor_fails(root):
+    cfg = config.load()
+    strict = config.parse({**_raw_config(), "gate": {**_raw_config()["gate"], "vendor_ratio": {
+        "rocm": {"floor": 0.7, "max_drop": 0.05}, "cuda": {"floor": 0.9, "max_drop": 0.05}}}})
+    assert cfg.gate.ratio["cuda"].floor == 0.7
+    verdict = fx.evaluate(root, head=fx.DOCS, cfg=strict)
+    assert verdict.outcome == "regression"
+    assert all("below the floor 0.90" in " ".join(c.reasons) for c in verdict.cases)
+
+
+def test_vendor_ratio_drop_fails(root):
+    fx.edit(root, fx.DOCS, BENCH_RATIO, fx.HOPPER_64, lambda v, s: (v * 0.9, s))
+    cases = by_case(fx.evaluate(root, head=fx.DOCS))
+    assert cases[fx.HOPPER_64].status == "regression"
+    assert "vendor ratio dropped 10.7% (0.784 → 0.701" in cases[fx.HOPPER_64].reasons[0]
+    assert cases[HOPPER_128].status == "pass"
+
+
+def test_new_case_has_no_baseline(root):
+    fx.drop_batch(root, fx.BASE, 64)
+    verdict = fx.evaluate(root, head=fx.DOCS)
+    cases = by_case(verdict)
+    assert cases[fx.HOPPER_64].status == "no_baseline"
+    assert verdict.outcome == "pass"
+
+
+def test_removed_case_is_reported(root):
+    fx.drop_batch(root, fx.DOCS, 64)
+    cases = by_case(fx.evaluate(root, head=fx.DOCS))
+    assert cases[fx.HOPPER_64].status == "removed"
+    assert cases[HOPPER_128].status == "pass"
+
+
+def test_failed_case_is_an_error(root):
+    fx.edit(root, fx.DOCS, BENCH_TIME, fx.HOPPER_64, fx.fail)
+    verdict = fx.evaluate(root, head=fx.DOCS)
+    assert verdict.outcome == "error" and verdict.exit_code == 2
+    assert by_case(verdict)[fx.HOPPER_64].reasons == ["benchmark failed in head (see the asv log sidecar)"]
+
+
+def test_gated_case_skipped_in_head_is_an_error(root):
+    fx.edit(root, fx.DOCS, BENCH_TIME, fx.HOPPER_64, fx.skip)
+    assert by_case(fx.evaluate(root, head=fx.DOCS))[fx.HOPPER_64].status == "error"
+
+
+def test_missing_vendor_ratio_is_an_error(root):
+    for case in (fx.HOPPER_64, HOPPER_128):
+        fx.edit(root, fx.DOCS, BENCH_RATIO, case, fx.skip)
+    verdict = fx.evaluate(root, head=fx.DOCS)
+    assert verdict.outcome == "error"
+    assert "no vendor ratio for tilelang-hopper" in verdict.errors[0]
+
+
+def test_results_without_samples_are_an_error(root):
+    fx.edit(root, fx.DOCS, BENCH_TIME, fx.HOPPER_64, lambda v, s: (v, None))
+    cv = by_case(fx.evaluate(root, head=fx.DOCS))[fx.HOPPER_64]
+    assert cv.status == "error" and "no raw samples" in cv.reasons[0]
+
+
+def test_drift_against_recent_main_results_warns(root):
+    store = Store(root)
+    base, head = store.load(fx.MACHINE, fx.BASE), store.load(fx.MACHINE, fx.SLOW)
+    verdict = decide.evaluate(base, base, config.load(), "cuda", history=[base, base, head])
+    assert verdict.outcome == "pass"
+    verdict = decide.evaluate(head, head, config.load(), "cuda", history=[base, base, head])
+    assert any(w.startswith("drift: ") for c in verdict.cases for w in c.warnings)
+
+
+# -- through the command line ----------------------------------------------------
+
+def gate_cli(root, tmp_path, *extra, base=fx.BASE, head=fx.DOCS):
+    return cli.main([*extra, "gate", "--base", base, "--head", head, "--machine", fx.MACHINE,
+                     "--results", str(root), "--out", str(tmp_path / "out")])
+
+
+def test_cli_pass_writes_report_and_verdict(root, tmp_path, capsys):
+    assert gate_cli(root, tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "perf gate: pass" in out
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert verdict["outcome"] == "pass" and verdict["exit_code"] == 0
+    assert (tmp_path / "out" / "tflops.png").stat().st_size > 1000
+
+
+def test_cli_regression_prints_annotations(root, tmp_path, capsys):
+    assert gate_cli(root, tmp_path, head=fx.SLOW) == 1
+    out = capsys.readouterr().out
+    assert "::error title=perf regression: tilelang-hopper b=64 s=4096 float16::latency +" in out
+    assert "| tilelang-hopper b=64 s=4096 float16 |" in (tmp_path / "out" / "gate.md").read_text()
+
+
+def test_cli_corrupt_head_file_is_reported_by_path_and_kept(root, tmp_path, capsys):
+    path = fx.results_file(root, fx.DOCS)
+    path.write_text(path.read_text()[: len(path.read_text()) // 2])  # a partial write
+    assert gate_cli(root, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "no head results" in err
+    assert path.exists()
+
+
+def test_cli_missing_base_says_what_to_run(root, tmp_path, capsys):
+    missing = "0" * 40
+    assert gate_cli(root, tmp_path, base=missing) == 2
+    err = capsys.readouterr().err
+    assert f"mlagate record --rev {missing} --machine h200" in err
+
+
+def test_cli_bad_config_names_the_key(root, tmp_path, capsys):
+    raw = _raw_config()
+    raw["gate"]["latency"]["treshold"] = raw["gate"]["latency"].pop("threshold")
+    bad = tmp_path / "perf.yml"
+    bad.write_text(json.dumps(raw))
+    assert gate_cli(root, tmp_path, "--config", str(bad)) == 2
+    assert "gate.latency.treshold: unknown key" in capsys.readouterr().err
+
+
+def _raw_config():
+    import yaml
+
+    return yaml.safe_load(config.DEFAULT_PATH.read_text())

@@ -1,0 +1,61 @@
+import numpy as np
+import pytest
+
+from mlagate import bench, metrics, stats
+from mlagate.config import Case
+
+
+def test_flops_and_bytes_match_flashmla_formulas():
+    assert metrics.flops(128, 128, 8192) == 2 * 128 * 128 * 8192 * (576 + 512)
+    assert metrics.bytes_moved(128, 128, 8192, "float16") == (128 * 8192 * 576 + 128 * 128 * 576 + 128 * 128 * 512) * 2
+    # the H200 measurement: 0.7004 ms at batch 128, seqlen 8192 -> 417 TFLOPs
+    assert metrics.tflops(metrics.flops(128, 128, 8192), 0.7004479765892029) == pytest.approx(416.96, abs=0.01)
+
+
+def test_roofline_takes_the_slower_bound():
+    work, traffic = 2e12, 1e9  # 2 TFLOP, 1 GB
+    # 1 PFLOP/s -> 2 ms of compute; 1 TB/s -> 1 ms of memory: compute bound, 4 ms measured = 50%.
+    assert metrics.roofline_fraction(work, traffic, 4.0, 1000.0, 1.0) == pytest.approx(0.5)
+    assert metrics.roofline_fraction(work, traffic * 10, 20.0, 1000.0, 1.0) == pytest.approx(0.5)
+
+
+def test_median_ci_brackets_the_median_and_narrows_with_n():
+    rng = np.random.default_rng(0)
+    small, large = rng.normal(1, 0.1, 30), rng.normal(1, 0.1, 3000)
+    lo, hi = stats.median_ci(small)
+    assert lo <= stats.median(small) <= hi
+    lo2, hi2 = stats.median_ci(large)
+    assert (hi2 - lo2) < (hi - lo) / 3
+    assert np.isnan(stats.median_ci([1.0, 2.0, 3.0])[0])
+
+
+def test_slower_p_value_sees_a_shift_and_not_noise():
+    rng = np.random.default_rng(1)
+    base = rng.normal(100, 1, 200)
+    assert stats.slower_p_value(base, base * 1.03) < 1e-6
+    assert stats.slower_p_value(base, rng.normal(100, 1, 200)) > 0.01
+    assert stats.slower_p_value(base, base * 0.97) > 0.99
+
+
+def test_outlier_fraction():
+    assert stats.outlier_fraction([1.0] * 98 + [10.0, 11.0]) == pytest.approx(0.02)
+
+
+def test_add_metrics_computes_vendor_ratio_within_a_run():
+    def row(impl, ms):
+        return {"impl": impl, "batch": 64, "seqlen": 4096, "dtype": "float16", "heads": 128, "status": "ok",
+                "samples": {"times_ms": [ms] * 10}}
+
+    rows = bench.add_metrics([row("tilelang-hopper", 0.2), row("flash_mla", 0.1),
+                              {**row("aiter", 0), "status": "skipped", "samples": None}], vendor="flash_mla")
+    assert rows[0]["vendor_ratio"] == pytest.approx(0.5)
+    assert rows[1]["vendor_ratio"] == pytest.approx(1.0)
+    assert "tflops" not in rows[2] and "vendor_ratio" not in rows[2]
+
+
+def test_longest_first_sharding_balances_gpus():
+    cases = [Case("tilelang-hopper", b, s, "float16") for b in (64, 128) for s in (1024, 2048, 4096, 8192, 16384)]
+    shards = bench.shard(cases, 4)
+    loads = [sum(bench.estimated_cost(cases[i]) for i in s) for s in shards]
+    assert sorted(i for s in shards for i in s) == list(range(len(cases)))
+    assert max(loads) / min(loads) < 1.5
