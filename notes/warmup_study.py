@@ -1,0 +1,31 @@
+"""Does a longer warm-up make repeated medians agree within 1%? (H200, 2026-11-29)
+Same case, 12 rounds interleaved across cases, after a 5 s idle: warm-up 200 ms
+(perf.yml) vs 1000 ms; SM clock and temperature read after every round.
+Run: PYTHONPATH=$PWD python notes/warmup_study.py"""
+import statistics
+import time
+
+import torch
+
+from mlagate import impls
+from mlagate.config import Case
+from mlagate.harness import Inputs
+from mlagate.measure import clocks, time_gpu
+
+CASES = [Case("tilelang-hopper", 128, 8192, "float16"), Case("tilelang-hopper", 64, 1024, "float16")]
+device = torch.device("cuda", 0)
+launch = {c: impls.prepare(c.impl, Inputs(c, device).tensors, device) for c in CASES}
+for warmup in (200, 1000):
+    time.sleep(5)
+    meds = {c: [] for c in CASES}
+    for r in range(12):
+        for c in CASES:
+            s = time_gpu(launch[c], warmup_ms=warmup, rep_ms=300, min_samples=50, cold_l2=True)
+            meds[c].append(statistics.median(s.times_ms))
+        ck = clocks()
+        print(f"warmup {warmup} round {r}: sm {ck.get('sm_mhz')} MHz {ck.get('temp_c')} C {ck.get('power_w')} W "
+              + " ".join(f"{meds[c][-1] * 1e3:.1f}" for c in CASES), flush=True)
+    for c in CASES:
+        m = meds[c]
+        print(f"warmup {warmup} {c.label()}: spread {(max(m) - min(m)) / statistics.median(m):.2%} "
+              f"stdev {statistics.stdev(m) / statistics.median(m):.2%}", flush=True)
