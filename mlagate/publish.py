@@ -1,10 +1,441 @@
-"""TODO (being written): the `mlagate report` subcommand."""
+"""`mlagate report`: asv's pages for the stored history, and a summary page beside them.
+
+``asv publish`` turns the results store into asv's site (OUT/asv). Beside it,
+OUT/index.html is a static, JavaScript-free page with matplotlib PNGs: for the
+newest commit (or a full-grid `mlagate bench --out` file), TFLOPs against the
+device's roofline and the ratio to the vendor kernel against the gate's floor;
+for the last N commits, each case's median latency; links into asv's graphs;
+and the hardware and software of the runs. It reads the store; it measures nothing.
+"""
+
+import html
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import quote
+
+from mlagate import metrics, recorder
+from mlagate.store import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, PARAM_NAMES, Store, StoreError, default_root
+
+PORT = 8080  # documented in docs/report.md: `python -m http.server 8080 --directory OUT`
+
+# asv 0.6's pages load their libraries from CDNs and stay blank offline (CI, air-gapped
+# GPU hosts). Debian's libjs packages hold the same libraries: where they are installed,
+# the published pages use copies of them. CDN file name -> Debian file (None: not needed).
+DEBIAN_JS = Path("/usr/share/javascript")
+DEBIAN_PACKAGES = "libjs-jquery libjs-jquery-flot libjs-bootstrap libjs-jquery-stupidtable node-blueimp-md5"
+ASSETS = {
+    "jquery-3.3.1.min.js": "jquery/jquery.min.js",
+    "jquery.flot.min.js": "jquery-flot/jquery.flot.min.js",  # flot 4: time, selection, categories built in
+    "jquery.flot.time.min.js": None,
+    "jquery.flot.selection.min.js": None,
+    "jquery.flot.categories.min.js": None,
+    "jquery.flot.orderBars.js": None,  # not packaged: bars of one commit overlap in asv's bar view
+    "stupidtable.min.js": "jquery-stupidtable/stupidtable.min.js",
+    "md5.min.js": "blueimp-md5/md5.min.js",
+    "bootstrap.min.js": "bootstrap/js/bootstrap.min.js",
+    "bootstrap.min.css": "bootstrap/css/bootstrap.min.css",
+}
+# flot 4 draws axis labels itself (asv's own plugin would draw them twice) and gives the
+# legend an SVG box that is black unless styled.
+FLOT4_FIXES = "<style>.legendLayer .background { fill: #fff; fill-opacity: 0.85; stroke: #ccc; }</style>"
+CDN_TAG = re.compile(r'<(?:script|link)\b[^>]*?(?:src|href)="https://[^"]*/([^/"]+)"[^>]*>(?:</script>)?')
+URI_SAFE = "!*'()"  # what JavaScript's encodeURIComponent leaves alone, besides quote()'s own
 
 
 def add_parser(sub):
-    p = sub.add_parser("report", help="(not written yet)")
+    p = sub.add_parser("report", help="asv's pages and a static summary page for the stored results")
+    p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
+    p.add_argument("--out", default="out/report", help="folder for index.html, its PNGs and asv/")
+    p.add_argument("--machine", default=None, help="asv machine name (default: the store's only machine)")
+    p.add_argument("--bench-json", default=None,
+                   help="an `mlagate bench --out` file: the newest-run plots show its (full) grid")
+    p.add_argument("--last", type=int, default=None, help="commits in the trend (default: gate.drift.lookback)")
     p.set_defaults(func=run)
 
 
 def run(args, cfg) -> int:
-    raise NotImplementedError("mlagate report is not written yet")
+    last = cfg.gate.drift_lookback if args.last is None else args.last
+    if last < 1:
+        raise ValueError(f"--last must be >= 1, got {last}")
+    out = Path(args.out)
+    problems = build(cfg, results=Path(args.results or default_root()), out=out, machine=args.machine,
+                     bench_json=args.bench_json, last=last)
+    for problem in problems:
+        print(f"warning: skipped {problem}", file=sys.stderr)
+    print(f"wrote {out / 'index.html'} and {out / 'asv'}/; serve them with "
+          f"`python -m http.server {PORT} --directory {out}`")
+    return 0
+
+
+# -- asv's pages -----------------------------------------------------------------
+
+def publish_asv(results: Path, html_dir: Path) -> bool:
+    """``asv publish`` of the store into html_dir; True if its pages work offline."""
+    with tempfile.TemporaryDirectory(prefix="mlagate-report-") as tmp:
+        conf = Path(tmp) / "asv.conf.json"
+        conf.write_text(json.dumps(recorder.asv_config(recorder.REPO, results.resolve(), html_dir.resolve())))
+        # asv runs git in the checkout, which in a container may belong to another user.
+        env = {**os.environ, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+        done = subprocess.run([sys.executable, "-m", "asv", "publish", "--no-pull", "--config", str(conf)],
+                              capture_output=True, text=True, cwd=recorder.REPO, env=env)
+    if done.returncode != 0:
+        raise StoreError(f"{results}: asv publish failed (exit {done.returncode}): "
+                         f"{(done.stdout + done.stderr).strip()[-1500:]}")
+    return localize_assets(html_dir)
+
+
+def localize_assets(html_dir: Path) -> bool:
+    """Point asv's index.html at Debian's copies of its CDN libraries, all or none."""
+    index = html_dir / "index.html"
+    page = index.read_text()
+    names = CDN_TAG.findall(page)
+    if any(name not in ASSETS or (ASSETS[name] and not (DEBIAN_JS / ASSETS[name]).is_file()) for name in names):
+        return False
+    (html_dir / "vendor").mkdir(exist_ok=True)
+
+    def local(match):
+        name = ASSETS[match.group(1)]
+        if name is None:
+            return ""
+        target = html_dir / "vendor" / Path(name).name
+        target.write_bytes((DEBIAN_JS / name).read_bytes())
+        if name.endswith(".css"):
+            return f'<link rel="stylesheet" href="vendor/{target.name}">'
+        return f'<script src="vendor/{target.name}"></script>'
+
+    page = CDN_TAG.sub(local, page)
+    page = re.sub(r'<script[^>]*src="jquery\.flot\.axislabels\.js"[^>]*>\s*</script>', "", page)
+    index.write_text(page.replace("</head>", FLOT4_FIXES + "\n</head>", 1))
+    return True
+
+
+def asv_url(bench: str, machine: str, case: tuple = ()) -> str:
+    """asv's graph of one benchmark, narrowed to one case (asv's hash: p-<param>=<repr of the value>)."""
+    params = [("machine", machine)] + [(f"p-{n}", repr(v)) for n, v in zip(PARAM_NAMES, case)]
+    return f"asv/index.html#{bench}?" + "&".join(f"{quote(k, safe=URI_SAFE)}={quote(v, safe=URI_SAFE)}"
+                                                  for k, v in params)
+
+
+# -- what is shown -----------------------------------------------------------------
+
+def _ok(entry):
+    return entry.value if entry is not None and entry.status == "ok" else None
+
+
+def commit_rows(results) -> list:
+    """One row per case of a commit: latency (s), TFLOPs and vendor ratio, or its status."""
+    time, tflops, ratio = (results.entries(b) for b in (BENCH_TIME, BENCH_TFLOPS, BENCH_RATIO))
+    rows = []
+    for key in set(time) | set(tflops):
+        statuses = [e.status for e in (time.get(key), tflops.get(key)) if e is not None]
+        rows.append({**dict(zip(PARAM_NAMES, key)), "status": "ok" if "ok" in statuses else statuses[0],
+                     "reason": None, "latency_s": _ok(time.get(key)), "tflops": _ok(tflops.get(key)),
+                     "ratio": _ok(ratio.get(key))})
+    return rows
+
+
+def bench_rows(path) -> tuple:
+    """(rows, environment) of an `mlagate bench --out` file."""
+    try:
+        data = json.loads(Path(path).read_text())
+        rows = [{"impl": r["impl"], "batch": r["batch"], "seqlen": r["seqlen"], "dtype": r["dtype"],
+                 "status": r["status"], "reason": r.get("reason"), "tflops": r.get("tflops"),
+                 "latency_s": r["median_ms"] * 1e-3 if r.get("median_ms") is not None else None,
+                 "ratio": r.get("vendor_ratio")} for r in data["results"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"--bench-json {path}: not an `mlagate bench --out` file ({type(e).__name__}: {e})") from None
+    return rows, data.get("environment") or {}
+
+
+def platform_of(cfg, env: dict, rows) -> str | None:
+    """The run's platform; without a record of it, the one whose vendor kernel ran."""
+    if env.get("platform") in cfg.platforms:
+        return env["platform"]
+    ran = {r["impl"] for r in rows if r["status"] == "ok"}
+    return next((name for name, p in cfg.platforms.items() if p.vendor in ran), None)
+
+
+def roofline(cfg, arch: str | None, batch: int, seqlen: int, dtype: str) -> float | None:
+    """min(peak TFLOPs, arithmetic intensity x peak bandwidth) for the arch, None if not configured."""
+    peak = cfg.roofline.get((arch or "").rstrip("a"))
+    if peak is None:
+        return None
+    intensity = metrics.flops(batch, cfg.grid.heads, seqlen) / metrics.bytes_moved(batch, cfg.grid.heads, seqlen,
+                                                                                     dtype)
+    return min(peak.tflops, intensity * peak.tbps)
+
+
+# -- plots -----------------------------------------------------------------------
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _impl_order(cfg, rows):
+    present = {r["impl"] for r in rows}
+    return [i for i in cfg.implementations if i in present] + sorted(present - set(cfg.implementations))
+
+
+def _colors(cfg):
+    return {impl: f"C{i}" for i, impl in enumerate(cfg.implementations)}
+
+
+def tflops_png(path, cfg, rows, arch) -> None:
+    plt = _pyplot()
+    panels = sorted({(r["batch"], r["dtype"]) for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.4 * len(panels) + 2.2, 3.8), squeeze=False,
+                             layout="constrained")
+    peak = cfg.roofline.get((arch or "").rstrip("a"))
+    for ax, (batch, dtype) in zip(axes[0], panels):
+        for impl in _impl_order(cfg, rows):
+            pts = sorted((r["seqlen"], r["tflops"]) for r in rows
+                         if (r["impl"], r["batch"], r["dtype"]) == (impl, batch, dtype) and r["tflops"] is not None)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", color=_colors(cfg).get(impl), label=impl)
+        seqlens = sorted({r["seqlen"] for r in rows if (r["batch"], r["dtype"]) == (batch, dtype)})
+        if peak:
+            ax.plot(seqlens, [roofline(cfg, arch, batch, s, dtype) for s in seqlens], "k--", marker="_", ms=14,
+                    label=f"roofline: min({peak.tflops:g} TFLOPs, intensity × {peak.tbps:g} TB/s)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(seqlens, [str(s) for s in seqlens])
+        ax.set_ylim(bottom=0)
+        ax.set(xlabel="seqlen", ylabel="TFLOPs", title=f"batch {batch}, {dtype}")
+        ax.grid(True, alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def ratio_png(path, cfg, rows, platform) -> None:
+    plt = _pyplot()
+    impl, vendor, floor = cfg.platform(platform).tilelang, cfg.platform(platform).vendor, cfg.gate.ratio[platform].floor
+    cases = sorted((r["batch"], r["seqlen"], r["dtype"], r["ratio"]) for r in rows
+                   if r["impl"] == impl and r["ratio"] is not None)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(cases) + 4.0), 3.4), layout="constrained")
+    x = range(len(cases))
+    values = [c[3] for c in cases]
+    bars = ax.bar(x, values, color=["C2" if v >= floor else "C3" for v in values], width=0.6)
+    ax.bar_label(bars, [f"{v:.2f}" for v in values], fontsize=8)
+    ax.axhline(floor, color="C3", ls="--", label=f"gate floor {floor:.2f} (gate.vendor_ratio.{platform}.floor)")
+    ax.axhline(1.0, color="grey", lw=1, label=f"= {vendor}")
+    ax.set_xticks(list(x), [f"b{b} s{s}" + ("" if d == "float16" else f"\n{d}") for b, s, d, _ in cases],
+                  fontsize=8, rotation=30 if len(cases) > 6 else 0)
+    ax.set_ylim(0, max([1.1, *values]) * 1.12)
+    ax.set(ylabel=f"TFLOPs {impl} / {vendor}", title=f"{impl} vs {vendor} per case")
+    fig.legend(loc="outside right upper", fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def trend_png(path, cfg, commits, series) -> None:
+    """series: {case: [latency s or None per commit]}; one panel per (batch, seqlen, dtype)."""
+    plt = _pyplot()
+    panels = sorted({c[1:] for c in series})
+    ncols = min(len(panels), 5)
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 1.8, 2.7 * nrows), squeeze=False,
+                             layout="constrained")
+    labels = [c.commit[:8] for c in commits]
+    for ax, (batch, seqlen, dtype) in zip(axes.flat, panels):
+        for impl in _impl_order(cfg, [{"impl": c[0]} for c in series]):
+            values = series.get((impl, batch, seqlen, dtype))
+            if values:
+                ax.plot(range(len(labels)), [v * 1e6 if v is not None else math.nan for v in values], marker="o",
+                        ms=4, color=_colors(cfg).get(impl), label=impl)
+        ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"b{batch} s{seqlen} {dtype}", fontsize=9)
+        ax.set_ylabel("median µs", fontsize=8)
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside right upper", fontsize=8)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# -- the page --------------------------------------------------------------------
+
+def _e(value) -> str:
+    return html.escape(str(value))
+
+
+def _table(header, body, cls="") -> str:
+    head = "".join(f"<th>{h}</th>" for h in header)
+    rows = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in body)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+def _clocks(c) -> str:
+    return (f"SM {c.get('sm_mhz', '?')} MHz, memory {c.get('mem_mhz', '?')} MHz, {c.get('temp_c', '?')} °C, "
+            f"{c.get('power_w', '?')} W")
+
+
+ENV_FIELDS = (  # label, how to read it from an env record {"start": ..., "end": ...}
+    ("GPU", lambda s, e: s.get("gpu")),
+    ("arch, SMs", lambda s, e: s.get("arch") and f"{s['arch']}, {s.get('sm_count', '?')} SMs"),
+    ("memory, L2", lambda s, e: s.get("memory_bytes") and f"{s['memory_bytes'] / 2**30:.0f} GiB, "
+                                                          f"{(s.get('l2_bytes') or 0) / 2**20:.0f} MiB L2"),
+    ("driver", lambda s, e: s.get("driver")),
+    ("CUDA / HIP", lambda s, e: (s.get("cuda") and f"CUDA {s['cuda']}") or (s.get("hip") and f"HIP {s['hip']}")),
+    ("torch", lambda s, e: s.get("torch")),
+    ("triton", lambda s, e: s.get("triton")),
+    ("tilelang", lambda s, e: s.get("tilelang")),
+    ("python", lambda s, e: s.get("python")),
+    ("host", lambda s, e: s.get("host")),
+    ("started / ended", lambda s, e: s.get("time") and f"{s['time']} / {e.get('time', 'not recorded')}"),
+    ("clocks at start", lambda s, e: s.get("clocks") and _clocks(s["clocks"])),
+    ("clocks at end", lambda s, e: e.get("clocks") and _clocks(e["clocks"])),
+)
+
+
+def env_table(runs) -> str:
+    """runs: [(title, env record or None)]; a missing record or field reads 'not recorded'."""
+    body = []
+    for label, read in ENV_FIELDS:
+        cells = []
+        for _, env in runs:
+            value = read((env or {}).get("start") or {}, (env or {}).get("end") or {})
+            cells.append(_e(value) if value not in (None, "") else '<span class="na">not recorded</span>')
+        body.append([_e(label), *cells])
+    return _table(["", *(_e(title) for title, _ in runs)], body, "env")
+
+
+def run_line(env) -> str:
+    """GPU, driver and library versions of a run, on one line."""
+    s = (env or {}).get("start") or {}
+    parts = [s.get("gpu"), s.get("arch"), s.get("driver") and f"driver {s['driver']}",
+             (s.get("cuda") and f"CUDA {s['cuda']}") or (s.get("hip") and f"HIP {s['hip']}"),
+             *(s.get(lib) and f"{lib} {s[lib]}" for lib in ("torch", "triton", "tilelang"))]
+    return " · ".join(_e(p) for p in parts if p) or '<span class="na">hardware and versions not recorded</span>'
+
+
+def _cell(row, link) -> str:
+    if row is None:
+        return ""
+    if row["status"] != "ok" or row["tflops"] is None:
+        return f'<span class="na" title="{_e(row.get("reason") or "")}">{_e(row["status"])}</span>'
+    text = f"{row['tflops']:.0f}" + (f' <small>{row["ratio"]:.2f}×</small>' if row["ratio"] is not None else "")
+    return f'<a href="{_e(link)}">{text}</a>' if link else text
+
+
+def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, in_asv: set) -> str:
+    """Plots and a table of one run: TFLOPs vs the roofline, the vendor ratio vs the gate's floor."""
+    start = env.get("start") or {}
+    arch, platform = start.get("arch"), platform_of(cfg, start, rows)
+    tflops_png(out / "tflops.png", cfg, rows, arch)
+    roof = (f"dashed: the roofline of {_e(arch)} from perf.yml" if cfg.roofline.get((arch or "").rstrip("a"))
+            else f"no roofline: perf.yml has none for arch {_e(arch or 'not recorded')}")
+    html_ = [f"<h2>Newest run: {source}</h2>",
+             f'<figure><img src="tflops.png" alt="TFLOPs vs seqlen per implementation and batch">'
+             f"<figcaption>TFLOPs vs seqlen; {roof}.</figcaption></figure>"]
+    if platform:
+        p, floor = cfg.platform(platform), cfg.gate.ratio[platform].floor
+        ratio_png(out / "vendor_ratio.png", cfg, rows, platform)
+        html_.append(f'<figure><img src="vendor_ratio.png" alt="vendor ratio per case, gate floor {floor:.2f}">'
+                     f"<figcaption>TFLOPs of {_e(p.tilelang)} over {_e(p.vendor)} (platform {platform}); "
+                     f"red dashed: the gate's floor {floor:.2f}.</figcaption></figure>")
+    else:
+        html_.append('<p class="na">No vendor ratio: the platform is not recorded and no vendor kernel ran.</p>')
+    impls = _impl_order(cfg, rows)
+    by_case = {(r["impl"], r["batch"], r["seqlen"], r["dtype"]): r for r in rows}
+    body = [[str(b), str(s), _e(d)]
+            + [_cell(by_case.get((i, b, s, d)), asv_url(BENCH_TFLOPS, machine, (i, b, s, d))
+                     if (i, b, s, d) in in_asv else None) for i in impls]
+            for b, s, d in sorted({k[1:] for k in by_case})]
+    html_.append("<p>TFLOPs per case, <small>× vendor</small> beside it; a link opens the case's history in asv."
+                 "</p>" + _table(["batch", "seqlen", "dtype", *map(_e, impls)], body, "cases"))
+    return "".join(html_)
+
+
+def trend_section(cfg, out: Path, recent: list, machine: str) -> str:
+    """The median latency of every case over the recent commits (oldest first)."""
+    series = {}
+    for i, r in enumerate(recent):
+        for key, entry in r.entries(BENCH_TIME).items():
+            series.setdefault(key, [None] * len(recent))[i] = _ok(entry)
+    trend_png(out / "trend.png", cfg, recent, series)
+    order = {impl: n for n, impl in enumerate(_impl_order(cfg, [{"impl": k[0]} for k in series]))}
+    body = [[f'<a href="{_e(asv_url(BENCH_TIME, machine, key))}">{_e(key[0])}</a>', *map(_e, key[1:])]
+            + [f"{v * 1e6:.1f}" if v is not None else '<span class="na">—</span>' for v in values]
+            for key, values in sorted(series.items(), key=lambda kv: (order[kv[0][0]], kv[0][1:]))]
+    branches = ", ".join(json.loads((recorder.REPO / "asv.conf.json").read_text()).get("branches", []))
+    return (f"<h2>Trend: the last {len(recent)} commits recorded on {_e(machine)}</h2>"
+            '<figure><img src="trend.png" alt="median latency per commit for each case"><figcaption>Median '
+            "latency (µs) per commit, ordered by commit date. asv's graphs show only the commits on "
+            f"{_e(branches)}.</figcaption></figure>"
+            + _table(["impl", "batch", "seqlen", "dtype", *(f"<code>{r.commit[:8]}</code>" for r in recent)],
+                     body, "trend"))
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">
+<title>MLA decode performance: {machine}</title>
+<style>
+body {{ font: 14px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 1300px; padding: 0 1em; color: #222; }}
+h1 {{ margin-bottom: 0.2em; }} h2 {{ margin-top: 1.6em; border-bottom: 1px solid #ddd; }}
+table {{ border-collapse: collapse; margin: 0.6em 0; }}
+th, td {{ border: 1px solid #ddd; padding: 2px 8px; text-align: right; }}
+th {{ background: #f4f4f4; }} table.env td, table.env th {{ text-align: left; }}
+figure {{ margin: 0.8em 0; }} figcaption {{ color: #555; font-size: 90%; }} img {{ max-width: 100%; }}
+.na {{ color: #999; }} small {{ color: #666; }} a {{ color: #0550ae; }}
+</style></head>
+<body>
+<h1>MLA decode performance: {machine}</h1>
+<p>{run_line}<br>Newest commit <code>{commit}</code> of {count} recorded. asv's pages: {links}</p>
+{sections}
+<h2>Hardware and software</h2>
+{env}
+</body></html>
+"""
+
+
+def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_json=None, last: int = 10) -> list:
+    """Write OUT/asv (asv publish) and OUT/index.html with its PNGs; returns the store's skipped files."""
+    from mlagate.gate import pick_machine
+
+    store = Store(results)
+    machine = pick_machine(store, machine)
+    history = list(store.load_all(machine).values())
+    if not history:
+        raise StoreError(f"{results / machine}: no readable results to report")
+    envs = {r.commit: store.read_sidecar(machine, r.commit, "env") for r in history}
+    history.sort(key=lambda r: (r.date, ((envs[r.commit] or {}).get("start") or {}).get("time") or "", r.commit))
+    newest = history[-1]
+    out.mkdir(parents=True, exist_ok=True)
+    offline = publish_asv(results, out / "asv")
+
+    runs = [(f"asv run of {newest.commit[:8]}", envs[newest.commit])]
+    if bench_json:
+        rows, env = bench_rows(bench_json)
+        runs.insert(0, (f"full-grid bench {Path(bench_json).name}", env))
+        source = f"full-grid bench <code>{_e(Path(bench_json).name)}</code>"
+    else:
+        rows, source = commit_rows(newest), f"asv results of <code>{newest.commit[:8]}</code>"
+    in_asv = {key for r in history for key in r.entries(BENCH_TIME)}
+    links = " · ".join(['<a href="asv/index.html">all benchmarks</a>']
+                       + [f'<a href="{_e(asv_url(b, machine))}">{_e(b)}</a>' for b in (BENCH_TIME, BENCH_TFLOPS,
+                                                                                      BENCH_RATIO)])
+    if not offline:
+        links += (f' <span class="na">(they load their scripts from CDNs; install {DEBIAN_PACKAGES} before '
+                  "`mlagate report` to serve them offline)</span>")
+    page = PAGE.format(machine=_e(machine), run_line=run_line(runs[0][1]), commit=newest.commit[:8],
+                       count=len(history), links=links, env=env_table(runs),
+                       sections=newest_section(cfg, out, rows, runs[0][1] or {}, source, machine, in_asv)
+                       + trend_section(cfg, out, history[-last:], machine))
+    (out / "index.html").write_text(page)
+    return [str(p) for p in store.problems]
