@@ -24,6 +24,9 @@ venv: $(BIN)/mlagate
 test: venv
 	$(BIN)/python -m pytest
 
+lint: venv
+	$(BIN)/python -m pytest tests/test_containers.py -q
+
 bench: venv
 	$(BIN)/mlagate record --rev HEAD --machine $(MACHINE) --grid $(GRID) --results $(RESULTS)
 	$(BIN)/mlagate gate --base $(BASE) --head HEAD --machine $(MACHINE) --results $(RESULTS) \

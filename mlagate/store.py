@@ -193,6 +193,7 @@ def checkout_branch(repo, branch, path, remote="origin") -> Path:
     if (path / ".git").exists():
         _git(path, "pull", "--ff-only", remote, branch, check=False)
         return path
+    _git(repo, "worktree", "prune")  # a reused CI workspace may list a worktree that is gone
     _git(repo, "fetch", remote, branch, check=False)
     if _git(repo, "rev-parse", "--verify", "--quiet", f"{remote}/{branch}", check=False):
         _git(repo, "worktree", "add", "-B", branch, str(path), f"{remote}/{branch}")

