@@ -1,7 +1,7 @@
 # Two entry points (README quick-start):
 #   make test    fresh clone -> .venv with pinned packages -> pytest (GPU tests skip without a GPU)
-#   make bench   on a GPU host: record this commit, gate it against BASE (bare-host twin of
-#                `docker compose run --rm bench`)
+#   make bench   on a GPU host: record this commit (and BASE if missing), gate it against BASE
+#                (bare-host twin of `docker compose run --rm bench`)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -27,7 +27,7 @@ test: venv
 lint: venv
 	$(BIN)/python -m pytest tests/test_containers.py -q
 
+# The same command as the compose `bench` service: records HEAD and BASE when the store lacks them.
 bench: venv
-	$(BIN)/mlagate record --rev HEAD --machine $(MACHINE) --grid $(GRID) --results $(RESULTS)
 	$(BIN)/mlagate gate --base $(BASE) --head HEAD --machine $(MACHINE) --results $(RESULTS) \
 		--confirm --record-missing --grid $(GRID) --out out/gate
