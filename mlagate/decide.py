@@ -53,6 +53,7 @@ class Verdict:
     base: str = ""
     head: str = ""
     platform: str = ""
+    build_findings: list = field(default_factory=list)  # resources.Finding, from the build reports
 
     @property
     def exit_code(self) -> int:
@@ -212,5 +213,13 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
     if verdict.errors or ERROR in statuses:
         verdict.outcome = ERROR
     elif REGRESSION in statuses:
+        verdict.outcome = REGRESSION
+    return verdict
+
+
+def add_build_findings(verdict: Verdict, findings) -> Verdict:
+    """Compiler-resource findings (resources.evaluate_build): a failing one turns a pass into a regression."""
+    verdict.build_findings += list(findings)
+    if verdict.outcome == PASS and any(f.failed for f in findings):
         verdict.outcome = REGRESSION
     return verdict

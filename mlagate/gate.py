@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlagate import decide, report
+from mlagate import decide, report, resources
 from mlagate.config import Case, Config
 from mlagate.recorder import REPO, git, resolve
 from mlagate.store import BENCH_TFLOPS, Store, StoreError
@@ -94,8 +94,24 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     elif flagged:
         verdict.warnings.append("flagged cases were not re-measured interleaved (run the gate with --confirm "
                                 "on the GPU host to rule out run-to-run noise)")
+    decide.add_build_findings(verdict, build_findings(store, machine, base_commit, head_commit, cfg, verdict.warnings))
     verdict.warnings += [f"skipped unreadable results: {p}" for p in store.problems]
     return write_outputs(verdict, loaded["head"], out_dir, vendor=cfg.platform(platform).vendor)
+
+
+def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config, warnings: list) -> list:
+    """Head's build reports (`mlagate build --record` sidecars) against base's, per target."""
+    found = []
+    for target in resources.DEFAULT_TARGETS:
+        kind = resources.sidecar_kind(target)
+        base_report, head_report = store.read_sidecar(machine, base, kind), store.read_sidecar(machine, head, kind)
+        if head_report is None:
+            if base_report is not None:
+                warnings.append(f"no {kind} report for head {head[:8]} while base has one: run "
+                                f"mlagate build --record --machine {machine} on the head commit")
+            continue
+        found += resources.evaluate_build(base_report, head_report, cfg)
+    return found
 
 
 def write_outputs(verdict, head, out_dir: Path, vendor: str) -> GateOutput:

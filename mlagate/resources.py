@@ -1,0 +1,162 @@
+"""Compiler resources: occupancy from a kernel's registers, threads and shared
+memory, and the decide step for build reports (head against base).
+Pure: no I/O, no printing.
+
+Rules (thresholds from perf.yml ``gate.build``), per kernel of one target:
+
+- ``shared_memory``: static + dynamic shared memory (LDS) above
+  ``shared_memory_limit[arch]``: the kernel cannot launch. Fails without a base.
+- ``build``: a kernel that failed to lower or compile. Fails without a base.
+- ``spills``: spill stores or loads grew by more than ``max_new_spill_bytes``.
+- ``occupancy``: fewer blocks per SM (CU) than base, e.g. registers crossed a step.
+- ``matrix``: base used its tensor-core instruction (HGMMA, MFMA) and head does
+  not, or ptxas now serializes wgmma (C7511).
+
+Without a base (or for a kernel the base lacks) spills and a missing tensor-core
+instruction are warnings: they are reported, but only a change fails.
+"""
+
+from dataclasses import dataclass
+
+FAIL, WARN = "fail", "warn"
+DEFAULT_TARGETS = ("cuda:sm_90a", "hip:gfx942")
+
+
+@dataclass(frozen=True)
+class Arch:
+    """Per-SM (CUDA) or per-CU (CDNA) hardware facts; these are not thresholds."""
+
+    warp: int
+    max_warps: int  # resident warps (waves) per SM/CU
+    max_blocks: int
+    smem_per_sm: int  # bytes of shared memory (LDS) per SM/CU
+    smem_reserved_per_block: int  # bytes the runtime keeps per resident block
+    regs_per_sm: int | None  # None: not known without a compiler (gfx942 here)
+    reg_alloc_unit: int = 256  # registers are allocated per warp in units of this
+    warp_alloc_granularity: int = 4
+
+
+ARCHS = {
+    # H100/H200: 64K 32-bit registers, 228 KB shared memory (227 KB per block), 64 warps, 32 blocks.
+    "sm_90": Arch(warp=32, max_warps=64, max_blocks=32, smem_per_sm=233472, smem_reserved_per_block=1024,
+                  regs_per_sm=65536),
+    # MI300X CU: 64 KB LDS, 4 SIMDs x 8 waves of 64; VGPR use needs a ROCm >= 6 compiler.
+    "gfx942": Arch(warp=64, max_warps=32, max_blocks=32, smem_per_sm=65536, smem_reserved_per_block=0,
+                   regs_per_sm=None),
+}
+
+
+def arch_key(arch: str) -> str:
+    """'sm_90a' -> 'sm_90', 'gfx942:xnack-' -> 'gfx942' (the keys of perf.yml and ARCHS)."""
+    base = arch.split(":")[0]
+    return base[:-1] if base.startswith("sm_") and base.endswith("a") else base
+
+
+def sidecar_kind(target: str) -> str:
+    """'cuda:sm_90a' -> 'build-cuda-sm_90a': the store's sidecar kind for a build report."""
+    return "build-" + target.replace(":", "-")
+
+
+def occupancy(arch: str, threads: int, registers: int | None, smem: int, smem_limit: int | None) -> dict:
+    """Resident blocks per SM/CU from each resource, the minimum, and what limits it
+    ('registers+shared_memory' when both do).
+    A block over ``smem_limit`` cannot launch: 0 blocks, limited by shared memory."""
+    a = ARCHS.get(arch_key(arch))
+    if a is None or not threads:
+        return {"blocks": None, "limited_by": None, "limits": {}}
+    warps = -(-threads // a.warp)
+    limits = {"threads": min(a.max_warps // warps, a.max_blocks)}
+    if registers is not None and a.regs_per_sm:
+        per_warp = -(-max(registers, 1) * a.warp // a.reg_alloc_unit) * a.reg_alloc_unit
+        resident = a.regs_per_sm // per_warp // a.warp_alloc_granularity * a.warp_alloc_granularity
+        limits["registers"] = resident // warps
+    if smem_limit is not None and smem > smem_limit:
+        limits["shared_memory"] = 0
+    elif smem:
+        limits["shared_memory"] = a.smem_per_sm // (smem + a.smem_reserved_per_block)
+    blocks = min(limits.values())
+    return {"blocks": blocks, "limited_by": "+".join(k for k, v in limits.items() if v == blocks), "limits": limits}
+
+
+@dataclass(frozen=True)
+class Finding:
+    target: str
+    kernel: str  # "" for the report as a whole
+    rule: str  # build | shared_memory | spills | occupancy | matrix | toolchain | removed
+    status: str  # fail | warn
+    message: str  # names the kernel and the numbers
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+
+def _occ(row, arch, limit) -> dict:
+    return occupancy(arch, row.get("threads") or 0, row.get("registers"), row.get("smem") or 0, limit)
+
+
+def _kernel(target, head, base, arch, limit, g, found):
+    k = head["kernel"]
+
+    def add(rule, status, message):
+        found.append(Finding(target, k, rule, status, f"{k}: {message}"))
+
+    if head.get("error"):
+        add("build", FAIL, head["error"])
+        return
+    smem = head.get("smem") or 0
+    if limit is not None and smem > limit:
+        add("shared_memory", FAIL, f"shared memory {smem} B (static {head.get('static_smem') or 0} + dynamic "
+                                   f"{head.get('dynamic_smem') or 0}) exceeds the {arch_key(arch)} limit of "
+                                   f"{limit} B (gate.build.shared_memory_limit): it cannot launch")
+    expected = head.get("expected_matrix")
+    has = (head.get("matrix") or {}).get(expected, 0) if expected else None
+    if base is None or base.get("error"):
+        if head.get("spill_stores") or head.get("spill_loads"):
+            add("spills", WARN, f"spills {head['spill_stores']} B stores / {head['spill_loads']} B loads "
+                                f"({head.get('registers')} registers; no base to compare)")
+        if expected and not has:
+            add("matrix", WARN, f"no {expected} instruction (no base to compare)")
+        return
+    new = max((head.get(f) or 0) - (base.get(f) or 0) for f in ("spill_stores", "spill_loads"))
+    if new > g.max_new_spill_bytes:
+        add("spills", FAIL, f"spill stores {base.get('spill_stores') or 0} → {head.get('spill_stores') or 0} B, "
+                            f"loads {base.get('spill_loads') or 0} → {head.get('spill_loads') or 0} B "
+                            f"(registers {base.get('registers')} → {head.get('registers')}; +{new} B > "
+                            f"gate.build.max_new_spill_bytes = {g.max_new_spill_bytes})")
+    b_occ, h_occ = _occ(base, arch, limit), _occ(head, arch, limit)
+    if b_occ["blocks"] is not None and h_occ["blocks"] is not None and h_occ["blocks"] < b_occ["blocks"]:
+        add("occupancy", FAIL, f"{b_occ['blocks']} → {h_occ['blocks']} blocks per SM, limited by "
+                               f"{h_occ['limited_by']} (registers {base.get('registers')} → {head.get('registers')}, "
+                               f"shared memory {base.get('smem')} → {smem} B, {head.get('threads')} threads)")
+    b_has = (base.get("matrix") or {}).get(expected, 0) if expected else 0
+    if b_has and not has:
+        add("matrix", FAIL, f"lost {expected}: {b_has} in base, 0 in head")
+    if head.get("wgmma_serialized") and not base.get("wgmma_serialized"):
+        add("matrix", FAIL, f"ptxas now serializes wgmma: {head['wgmma_serialized']}")
+
+
+def evaluate_build(base: dict | None, head: dict, cfg) -> list:
+    """Findings for one target's head build report against its base (or None)."""
+    target, arch = head["target"], head["arch"]
+    if base is not None and base.get("target") != target:
+        raise ValueError(f"build reports of different targets: base {base.get('target')}, head {target}")
+    g = cfg.gate
+    limit = g.shared_memory_limit.get(arch_key(arch))
+    found = []
+    if limit is None:
+        found.append(Finding(target, "", "shared_memory", FAIL, f"{target}: no gate.build.shared_memory_limit."
+                             f"{arch_key(arch)} in perf.yml: the shared memory rule cannot be checked"))
+    base_rows = {r["kernel"]: r for r in (base or {}).get("kernels", [])}
+    for row in head.get("kernels", []):
+        _kernel(target, row, base_rows.get(row["kernel"]), arch, limit, g, found)
+    if base is not None:
+        head_keys = {r["kernel"] for r in head.get("kernels", [])}
+        gone = sorted(set(base_rows) - head_keys)
+        if gone:
+            found.append(Finding(target, "", "removed", WARN, f"{target}: {len(gone)} kernel(s) of the base are not "
+                                 f"in the head report (grid or configs changed?): {', '.join(gone[:5])}"))
+        if base.get("toolchain") != head.get("toolchain"):
+            found.append(Finding(target, "", "toolchain", WARN, f"{target}: toolchain differs (base "
+                                 f"{base.get('toolchain')}, head {head.get('toolchain')}): numbers may move with it"))
+    return found

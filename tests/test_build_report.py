@@ -1,0 +1,257 @@
+"""The build report (mlagate build) and its rules (mlagate.resources), on a CPU."""
+
+import json
+import re
+
+import pytest
+import yaml
+
+from mlagate import build, cli, config, decide, gate, report, resources
+from mlagate.kernels import mla_decode as m
+from mlagate.store import Store
+
+CFG = config.load()
+
+# ptxas -v of tilelang 0.1.15's cdna3 split program for sm_90a (nvcc 13.0), as captured.
+PTXAS_SAMPLE = """\
+ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient register resources for the wgmma pipeline in the function 'main_split_kernel'
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'main_split_kernel_1' for 'sm_90a'
+ptxas info    : Function properties for main_split_kernel_1
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers
+ptxas info    : Compile time = 8.292 ms
+ptxas info    : Function properties for _ZN2tl9AllReduceIfE3runEv
+    16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function 'main_split_kernel' for 'sm_90a'
+ptxas info    : Function properties for main_split_kernel
+    1720 bytes stack frame, 2716 bytes spill stores, 2596 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 1720 bytes cumulative stack size
+ptxas info    : Compile time = 1194.149 ms
+ptxas info    : Compiling entry function 'main_no_split_kernel' for 'sm_90a'
+ptxas info    : Function properties for main_no_split_kernel
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, used 4 barriers, 1024 bytes smem
+"""
+
+SASS_SAMPLE = """\
+\tcode for sm_90a
+\t\tFunction : main_split_kernel_1
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+\t\tFunction : main_split_kernel
+        /*2990*/                   HGMMA.64x32x16.F32 R152, R132, gdesc[UR4], RZ, !UPT, gsb0 ;
+        /*29e0*/                   HGMMA.64x32x16.F32 R152, R136, gdesc[UR12], R152, gsb0 ;
+        /*2a00*/                   HMMA.16816.F32 R4, R8, R12, R4 ;
+"""
+
+PTX_SAMPLE = """\
+.visible .entry main_split_kernel(
+\twgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%f1}, %rd1, %rd2, 1, 1, 1, 1;
+\twgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%f1}, %rd1, %rd2, 1, 1, 1, 1;
+}
+.visible .entry main_split_kernel_1(
+\tmma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1}, {%r1}, {%r2}, {%f1};
+}
+"""
+
+
+def test_ptxas_parser_reads_every_entry_function():
+    got = build.parse_ptxas(PTXAS_SAMPLE)
+    assert set(got) == {"main_split_kernel", "main_split_kernel_1", "main_no_split_kernel"}  # no device functions
+    assert got["main_split_kernel"] == {
+        "registers": 255, "spill_stores": 2716, "spill_loads": 2596, "stack_frame": 1720, "static_smem": 0,
+        "wgmma_serialized": "wgmma.mma_async instructions are serialized due to insufficient register resources "
+                            "for the wgmma pipeline"}
+    assert got["main_split_kernel_1"]["registers"] == 32 and got["main_split_kernel_1"]["wgmma_serialized"] is None
+    assert got["main_no_split_kernel"]["static_smem"] == 1024
+
+
+def test_ptxas_parser_refuses_an_entry_without_registers():
+    with pytest.raises(build.BuildError, match="main_x: ptxas -v printed no 'Used N registers'"):
+        build.parse_ptxas("ptxas info    : Compiling entry function 'main_x' for 'sm_90a'\n")
+
+
+def test_matrix_instruction_counts_from_sass_and_ptx():
+    assert build.count_sass(SASS_SAMPLE) == {"main_split_kernel_1": {"HGMMA": 0, "HMMA": 0},
+                                             "main_split_kernel": {"HGMMA": 2, "HMMA": 1}}
+    assert build.count_ptx(PTX_SAMPLE) == {"main_split_kernel": {"HGMMA": 2, "HMMA": 0},
+                                           "main_split_kernel_1": {"HGMMA": 0, "HMMA": 1}}
+
+
+def test_static_shared_memory_and_unknown_types():
+    src = ('extern "C" __global__ void __launch_bounds__(384, 1) k(float* x) {\n'
+           "  extern __shared__ __align__(1024) uchar buf_dyn_shmem[];\n"
+           "  __shared__ __align__(16) uint64_t mbarrier_mem[10];\n  __shared__ float red[4][8];\n}\n")
+    got = build.analyze_source(src, "cuda")["k"]
+    assert (got["launch_bounds"], got["static_smem"]) == ("384, 1", 80 + 128)
+    with pytest.raises(build.BuildError, match=r"k: __shared__ mystery_t s\[4\]: unknown element size"):
+        build.analyze_source(src.replace("float red[4][8]", "mystery_t s[4]"), "cuda")
+
+
+def test_jobs_cover_split_combine_and_no_split_once():
+    shape = m.Shape(batch=64, seqlen=4096)
+    hopper = build.plan_jobs("cuda:sm_90a", [m.HOPPER], [shape])  # the plan does not split at batch 64
+    assert [(j.plan().num_split, j.forced) for j in hopper] == [(build.FORCED_SPLIT, True), (1, False)]
+    cdna3 = build.plan_jobs("hip:gfx942", [m.CDNA3], [shape])  # the plan splits in 4: no-split is forced
+    assert [(j.plan().num_split, j.forced) for j in cdna3] == [(4, False), (1, True)]
+    short = build.plan_jobs("cuda:sm_90a", [m.HOPPER], [m.Shape(batch=64, seqlen=64)])  # one tile: no split
+    assert [j.plan().num_split for j in short] == [1]
+    with pytest.raises(build.BuildError, match="sm_90a is a cuda architecture"):
+        build.parse_target("hip:sm_90a")
+
+
+def _normalized(source):  # tilelang numbers its reduction workspaces in no fixed order
+    return re.sub(r"\bworkspace(_\d+)?\b", "workspace", source)
+
+
+def test_hip_lds_and_mfma_from_lowered_source():
+    shape = m.Shape(batch=64, seqlen=1024)
+    job = build.plan_jobs("hip:gfx942", [m.CDNA3], [shape])[0]
+    lowered = build.lower_job(job)
+    assert _normalized(lowered["source"]) == _normalized(m.lower(shape, m.CDNA3, "gfx942"))  # same as lower()
+    rows = {r["role"]: r for r in build.kernel_rows(job, lowered, None, 65536)}
+    split, combine = rows["split"], rows["combine"]
+    # K/V tile (32 x 512) and K_pe tile (32 x 64) in fp16, plus the reduction workspaces.
+    assert split["dynamic_smem"] >= (32 * 512 + 32 * 64) * 2 and split["static_smem"] == 0
+    assert split["smem"] == split["dynamic_smem"] <= 65536
+    assert split["matrix"]["MFMA"] > 0 and combine["matrix"]["MFMA"] == 0
+    assert split["threads"] == 128 and split["launch_bounds"] == "128"
+    assert split["expected_matrix"] == "MFMA" and combine["expected_matrix"] is None
+    assert split["blocks_per_sm"] == 65536 // split["smem"]
+
+
+def _small_perf_yml(tmp_path):
+    data = yaml.safe_load(open(config.DEFAULT_PATH))
+    data["grid"]["quick"] = {"batch": [64], "seqlen": [1024]}
+    path = tmp_path / "perf.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_kernel_that_cannot_launch_on_mi300x_fails_the_build(tmp_path, monkeypatch, capsys):
+    """cdna3 with block_N=128: the K/V tile alone is 128 x 512 x 2 = 128 KB of LDS."""
+    bad = m.CDNA3.with_(name="cdna3-bigN", block_N=128)
+    monkeypatch.setitem(m.CONFIGS, bad.name, bad)
+    code = cli.main(["--config", str(_small_perf_yml(tmp_path)), "build", "--target", "hip:gfx942",
+                     "--config-name", "cdna3-bigN", "--dtype", "float16", "--jobs", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert re.search(r"FAIL: \[shared_memory\] cdna3-bigN/float16/b64/s1024/split: shared memory 1\d{5} B "
+                     r".* exceeds the gfx942 limit of 65536 B", out), out
+    saved = json.loads((tmp_path / "build-hip-gfx942.json").read_text())
+    assert {r["role"] for r in saved["kernels"]} == {"split", "combine", "no-split"}
+    assert "❌ [shared_memory] cdna3-bigN" in (tmp_path / "build-hip-gfx942.md").read_text()
+
+
+def test_a_hopper_config_over_227_kb_fails_without_a_base():
+    bad = m.HOPPER.with_(name="hopper-big", block_N=128, block_H=128)
+    reports = build.build_reports(["cuda:sm_90a"], {"cuda:sm_90a": [bad]}, [m.Shape(batch=64, seqlen=1024)],
+                                  codegen_only=True, smem_limits=CFG.gate.shared_memory_limit)
+    failed = [f for f in resources.evaluate_build(None, reports["cuda:sm_90a"], CFG) if f.failed]
+    assert failed and all(f.rule == "shared_memory" for f in failed)
+    assert any("hopper-big/float16/b64/s1024/no-split: shared memory" in f.message and "232448 B" in f.message
+               for f in failed)
+
+
+# -- resources.evaluate_build: each rule fails and passes ------------------------
+
+def _row(kernel="hopper/float16/b64/s4096/split", **kw):
+    row = {"kernel": kernel, "threads": 128, "registers": 128, "spill_stores": 0, "spill_loads": 0,
+           "static_smem": 0, "dynamic_smem": 36864, "smem": 36864, "matrix": {"HGMMA": 40},
+           "expected_matrix": "HGMMA", "wgmma_serialized": None, "error": None}
+    row.update(kw)
+    return row
+
+
+def _report(*rows, target="cuda:sm_90a", arch="sm_90a", toolchain=None):
+    return {"target": target, "arch": arch, "toolchain": toolchain or {"nvcc": "13.0.88"}, "kernels": list(rows)}
+
+
+def _failed(base, head):
+    return [f for f in resources.evaluate_build(base, head, CFG) if f.failed]
+
+
+def test_shared_memory_over_the_limit_fails_even_without_a_base():
+    assert not _failed(None, _report(_row(smem=232448)))  # exactly 227 KB launches
+    (f,) = _failed(None, _report(_row(smem=232449, static_smem=1025, dynamic_smem=231424)))
+    assert (f.rule, f.kernel) == ("shared_memory", "hopper/float16/b64/s4096/split")
+    assert "232449 B (static 1025 + dynamic 231424) exceeds the sm_90 limit of 232448 B" in f.message
+    (f,) = _failed(None, _report(_row(smem=65537), target="hip:gfx942", arch="gfx942"))
+    assert "gfx942 limit of 65536 B" in f.message
+
+
+def test_new_spills_fail_and_unchanged_spills_pass():
+    base = _report(_row(spill_stores=2716, spill_loads=2596, registers=255))
+    assert not _failed(base, _report(_row(spill_stores=2716, spill_loads=2596, registers=255)))
+    (f,) = _failed(_report(_row()), _report(_row(spill_stores=8, spill_loads=8)))
+    assert f.rule == "spills" and "spill stores 0 → 8 B" in f.message and "max_new_spill_bytes = 0" in f.message
+    warned = resources.evaluate_build(None, _report(_row(spill_stores=8, spill_loads=8)), CFG)  # no base: warn
+    assert [(f.rule, f.status) for f in warned] == [("spills", "warn")]
+
+
+def test_registers_past_an_occupancy_step_fail():
+    # 128 threads: 160 and 168 registers both give 3 blocks per SM (12 warps); 128 gives 4.
+    assert not _failed(_report(_row(registers=160)), _report(_row(registers=168)))
+    (f,) = _failed(_report(_row(registers=128)), _report(_row(registers=168)))
+    assert f.rule == "occupancy" and "4 → 3 blocks per SM, limited by registers (registers 128 → 168" in f.message
+
+
+def test_a_lost_or_serialized_matrix_instruction_fails():
+    assert not _failed(_report(_row()), _report(_row(matrix={"HGMMA": 36})))
+    (f,) = _failed(_report(_row()), _report(_row(matrix={"HGMMA": 0, "HMMA": 64})))
+    assert f.rule == "matrix" and "lost HGMMA: 40 in base, 0 in head" in f.message
+    serialized = "wgmma.mma_async instructions are serialized due to insufficient register resources"
+    (f,) = _failed(_report(_row()), _report(_row(wgmma_serialized=serialized)))
+    assert f.rule == "matrix" and "now serializes wgmma" in f.message
+    assert not _failed(_report(_row(wgmma_serialized=serialized)), _report(_row(wgmma_serialized=serialized)))
+
+
+def test_a_kernel_that_failed_to_build_fails():
+    (f,) = _failed(None, _report(_row(error="nvcc failed (exit 2): kernel.cu(3): error: boom")))
+    assert f.rule == "build" and "boom" in f.message
+
+
+def test_occupancy_steps():
+    hopper = resources.occupancy("sm_90a", 384, 168, 232448, 232448)
+    assert (hopper["blocks"], hopper["limited_by"]) == (1, "registers+shared_memory")
+    assert resources.occupancy("sm_90a", 128, 255, 36864, 232448)["limits"]["registers"] == 2
+    assert resources.occupancy("sm_90a", 384, 168, 232449, 232448)["blocks"] == 0
+    assert resources.occupancy("gfx942", 128, None, 37888, 65536)["blocks"] == 1
+
+
+# -- the gate reads the sidecars --------------------------------------------------
+
+def test_gate_adds_build_findings_and_warns_on_a_missing_head_report(tmp_path):
+    store, kind = Store(tmp_path), resources.sidecar_kind("cuda:sm_90a")
+    base, head = "a" * 40, "b" * 40
+    store.write_sidecar("h200", base, kind, _report(_row(registers=128)))
+    warnings = []
+    assert gate.build_findings(store, "h200", base, head, CFG, warnings) == []
+    assert "no build-cuda-sm_90a report for head bbbbbbbb while base has one" in warnings[0]
+    store.write_sidecar("h200", head, kind, _report(_row(registers=168)))
+    findings = gate.build_findings(store, "h200", base, head, CFG, [])
+    verdict = decide.add_build_findings(decide.Verdict(decide.PASS, []), findings)
+    assert verdict.outcome == decide.REGRESSION
+    md = report.gate_markdown(verdict)
+    assert "### Compiler resources" in md and "4 → 3 blocks per SM" in md
+    assert decide.add_build_findings(decide.Verdict(decide.PASS, []), []).outcome == decide.PASS
+
+
+# -- one real compile -------------------------------------------------------------
+
+@pytest.mark.skipif(build.find_tool("nvcc") is None,
+                    reason="nvcc not found on PATH or in $CUDA_HOME/bin: the CUDA build report cannot compile")
+def test_nvcc_compiles_a_hopper_kernel_and_reports_its_resources():
+    reports = build.build_reports(["cuda:sm_90a"], {"cuda:sm_90a": [m.HOPPER]}, [m.Shape(batch=64, seqlen=1024)],
+                                  smem_limits=CFG.gate.shared_memory_limit)
+    rep = reports["cuda:sm_90a"]
+    rows = {r["role"]: r for r in rep["kernels"]}
+    assert set(rows) == {"split", "combine", "no-split"} and not any(r["error"] for r in rows.values())
+    for role in ("split", "no-split"):
+        r = rows[role]
+        assert r["threads"] == 384 and r["launch_bounds"] == "384, 1"  # 2 consumer + 1 producer warpgroups
+        assert 64 <= r["registers"] <= 255 and r["matrix"]["HGMMA"] > 0
+        assert r["smem"] == r["static_smem"] + r["dynamic_smem"] and r["dynamic_smem"] > 200_000
+    assert rows["combine"]["matrix"]["HGMMA"] == 0 and rows["combine"]["smem"] == 0
+    assert rep["toolchain"]["matrix_check"] in ("sass", "ptx")
+    assert not [f for f in resources.evaluate_build(None, rep, CFG) if f.failed]
