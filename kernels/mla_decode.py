@@ -294,14 +294,18 @@ def target_for(arch: str) -> dict:
     raise ValueError(f"unknown architecture {arch!r}: expected 'gfx...' (ROCm) or 'sm_..' (CUDA)")
 
 
-def lower(shape: Shape, config: TileConfig, arch: str) -> str:
-    """Device source code for one kernel, without a GPU (codegen only)."""
+def lowered(p: Plan, arch: str):
+    """TileLang's lowered artifact of a plan (device module and source), without a GPU."""
     from tvm.target import Target
 
     target = target_for(arch)
-    p = plan(shape, config, SM_COUNT.get(arch.split(":")[0], 132))
     with tilelang.transform.PassContext(config=PASS_CONFIGS), Target(target):
-        return tilelang.lower(program(p), target=target).kernel_source
+        return tilelang.lower(program(p), target=target)
+
+
+def lower(shape: Shape, config: TileConfig, arch: str) -> str:
+    """Device source code for one kernel, without a GPU (codegen only)."""
+    return lowered(plan(shape, config, SM_COUNT.get(arch.split(":")[0], 132)), arch).kernel_source
 
 
 def device_arch(device) -> str:

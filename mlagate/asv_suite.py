@@ -54,19 +54,15 @@ def prepared(impl, batch, seqlen, dtype):
     import torch
 
     from mlagate import impls
-    from mlagate.harness import check_output
+    from mlagate.harness import checked_launch
 
     if not torch.cuda.is_available():
         raise NotImplementedError("no CUDA or ROCm GPU is visible to torch")
     inputs = _inputs(batch, seqlen, dtype)
-    try:
-        launch = impls.prepare(impl, inputs.tensors, inputs.tensors[0].device)
+    try:  # WrongResult propagates and fails the benchmark: never timed
+        return checked_launch(impl, inputs, inputs.tensors[0].device)[0]
     except impls.Unavailable as e:
         raise NotImplementedError(str(e)) from None
-    out = launch()
-    torch.cuda.synchronize()
-    check_output(out, inputs.expected)  # WrongResult fails the benchmark: never timed
-    return launch
 
 
 def _key(impl, batch, seqlen, dtype):

@@ -103,18 +103,13 @@ def plan_jobs(target: str, configs, shapes) -> list:
 # -- lowering (in worker processes) ---------------------------------------------
 
 def lower_job(job: Job) -> dict:
-    """mla_decode.lower(), keeping the lowered module for what the source does not
-    say: the dynamic shared memory and threads of each kernel. Errors are returned
-    as text (TVM's exceptions do not always cross a process boundary)."""
+    """Lower a job, keeping the lowered module for what the source does not say:
+    the dynamic shared memory and threads of each kernel. Errors are returned as
+    text (TVM's exceptions do not always cross a process boundary)."""
     try:
-        import tilelang
-        from tvm.target import Target
-
         from mlagate.kernels import mla_decode
 
-        target = mla_decode.target_for(job.arch)
-        with tilelang.transform.PassContext(config=mla_decode.PASS_CONFIGS), Target(target):
-            art = tilelang.lower(mla_decode.program(job.plan()), target=target)
+        art = mla_decode.lowered(job.plan(), job.arch)
         meta = {}
         for gv, func in art.device_mod.functions.items():
             attrs = func.attrs or {}

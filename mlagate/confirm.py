@@ -7,7 +7,6 @@ bimodal boost state) hit both sides alike, so what remains is the code change.
 """
 
 import importlib.util
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -18,6 +17,7 @@ from mlagate.config import Case, Timing
 from mlagate.harness import Inputs, check_output
 from mlagate.impls import TILELANG_PREFIX
 from mlagate.measure import time_gpu
+from mlagate.recorder import git
 
 KERNEL_FILE = "kernels/mla_decode.py"
 
@@ -28,15 +28,15 @@ class ConfirmError(Exception):
 
 def kernel_module_at(repo, commit):
     """kernels/mla_decode.py as it was at ``commit``, imported as its own module."""
-    out = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "show", f"{commit}:{KERNEL_FILE}"],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        raise ConfirmError(f"cannot read {KERNEL_FILE} at {commit}: {out.stderr.strip()}")
+    try:
+        source = git("show", f"{commit}:{KERNEL_FILE}", repo=repo)
+    except ValueError as e:
+        raise ConfirmError(f"cannot read {KERNEL_FILE} at {commit}: {e}") from None
     name = f"mla_decode_at_{commit[:12]}"
     if name in sys.modules:
         return sys.modules[name]
     path = Path(tempfile.mkdtemp(prefix="mlagate-confirm-")) / f"{name}.py"
-    path.write_text(out.stdout)
+    path.write_text(source + "\n")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up while the file executes

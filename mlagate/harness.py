@@ -64,15 +64,20 @@ def check_output(out, expected) -> dict:
     return err
 
 
-def measure_case(case: Case, timing: Timing, inputs: Inputs, device) -> Outcome:
-    try:
-        launch = impls.prepare(case.impl, inputs.tensors, device)
-    except impls.Unavailable as e:
-        return Outcome(case, "skipped", str(e))
+def checked_launch(impl: str, inputs: Inputs, device) -> tuple:
+    """(launch, error) once the output matched the reference; raises
+    impls.Unavailable or WrongResult, so nothing wrong is ever timed."""
+    launch = impls.prepare(impl, inputs.tensors, device)
     out = launch()
     torch.cuda.synchronize()
+    return launch, check_output(out, inputs.expected)
+
+
+def measure_case(case: Case, timing: Timing, inputs: Inputs, device) -> Outcome:
     try:
-        error = check_output(out, inputs.expected)
+        launch, error = checked_launch(case.impl, inputs, device)
+    except impls.Unavailable as e:
+        return Outcome(case, "skipped", str(e))
     except WrongResult as e:
         return Outcome(case, "failed", f"wrong result: {e}")
     samples = time_gpu(launch, warmup_ms=timing.warmup_ms, rep_ms=timing.rep_ms, min_samples=timing.min_samples,

@@ -110,6 +110,7 @@ class Store:
     def __init__(self, root):
         self.root = Path(root)
         self.problems: list = []
+        self._parsed = {}  # machine -> (files and their mtimes, results): parse each file once
 
     def machines(self) -> list:
         if not self.root.is_dir():
@@ -125,8 +126,12 @@ class Store:
 
     def load_all(self, machine) -> dict:
         """commit -> CommitResults for every readable file of a machine."""
+        files = self._files(machine)
+        seen = tuple((p, p.stat().st_mtime_ns) for p in files)
+        if machine in self._parsed and self._parsed[machine][0] == seen:
+            return self._parsed[machine][1]
         by_commit = {}
-        for path in self._files(machine):
+        for path in files:
             try:
                 commit, date, benchmarks = parse_results_file(path)
             except StoreError as e:
@@ -137,6 +142,7 @@ class Store:
             found.date = max(found.date, date)
             for name, entries in benchmarks.items():
                 found.benchmarks.setdefault(name, {}).update(entries)
+        self._parsed[machine] = (seen, by_commit)
         return by_commit
 
     def load(self, machine, commit) -> CommitResults | None:
