@@ -13,6 +13,7 @@ and MLAGATE_IMPLS (comma-separated).
 from mlagate import asv_suite as suite
 
 PARAMS, PARAM_NAMES = suite.params()
+suite.preload()
 
 
 class TimeDecode:

@@ -74,8 +74,9 @@ def record(rev: str, *, results: Path, machine: str, grid: str = "full", dtypes=
         subprocess.run([*asv, "machine", "--machine", machine, "--yes", "--config", str(conf_path)], env=env,
                        check=True, capture_output=True)
         start = measure.environment()
+        # forkserver: asv imports the suite once and forks a process per case (asv_suite.preload).
         cmd = [*asv, "run", "--python=same", "--set-commit-hash", commit, "--machine", machine, "--record-samples",
-               "--show-stderr", "--config", str(conf_path)]
+               "--launch-method", "forkserver", "--show-stderr", "--config", str(conf_path)]
         if bench_regex:
             cmd += ["--bench", bench_regex]
         echo(f"$ {' '.join(cmd)}")
