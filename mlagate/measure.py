@@ -23,6 +23,7 @@ class Samples:
     flush_bytes: int  # buffer written before every sample; 0 = warm cache
     warmup_calls: int
     device: str
+    dropped: int = 0  # calls not timed: the GPU had reached the start event before the host queued them
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -51,6 +52,43 @@ class _Flusher:
     def __call__(self):
         if self.buffer is not None:
             self.buffer.zero_()
+
+
+class _Lead:
+    """Keeps the GPU ahead of the host, so no sample holds host time.
+
+    A call is timed only if the host had queued it before the GPU reached its
+    start event (the event is still pending once the call returns). Otherwise
+    the GPU sat idle after the start event while Python launched the call: a
+    short kernel behind a slow wrapper would measure the host (FlashMLA, 41 µs
+    at b64 s1k, read +73% in some rounds on an H200). Such a call is dropped
+    and a spin kernel, twice as long as the last, is queued to regain a lead.
+    """
+
+    FIRST_CYCLES, MAX_CYCLES = 200_000, 1 << 33  # ~0.1 ms, ~4 s at 2 GHz
+
+    def __init__(self):
+        self.cycles = self.FIRST_CYCLES
+
+    def sleep(self):
+        import torch
+
+        torch.cuda._sleep(self.cycles)
+
+    def timed(self, flush, call):
+        """Queue one flushed, timed call; (start, end) events, or None if dropped."""
+        import torch
+
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        flush()
+        start.record()
+        call()
+        end.record()
+        if not start.query():
+            return start, end
+        self.cycles = min(2 * self.cycles, self.MAX_CYCLES)
+        self.sleep()
+        return None
 
 
 def _check_options(warmup_ms, rep_ms, min_samples, max_samples):
@@ -115,17 +153,20 @@ def time_gpu(fn, *, warmup_ms: float = 25, rep_ms: float = 100, min_samples: int
         call()
 
     n = min(max(int(rep_ms / estimate_ms), min_samples), max_samples)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    for s, e in zip(starts, ends):
-        flush()
-        s.record()
-        call()
-        e.record()
+    lead, pairs, dropped = _Lead(), [], 0
+    lead.sleep()
+    while len(pairs) < n and dropped < n:
+        pair = lead.timed(flush, call)
+        if pair:
+            pairs.append(pair)
+        else:
+            dropped += 1
     torch.cuda.synchronize()
-    times = tuple(s.elapsed_time(e) for s, e in zip(starts, ends))
+    if len(pairs) < min(n, min_samples):
+        raise RuntimeError(f"only {len(pairs)} of {n} calls could be timed: the host never got ahead of the GPU")
+    times = tuple(s.elapsed_time(e) for s, e in pairs)
     return Samples(times, "cuda-graph" if cuda_graph else "cuda-event", flush.nbytes, warmup_calls + 6,
-                   torch.cuda.get_device_name(device))
+                   torch.cuda.get_device_name(device), dropped)
 
 
 class EventClock:
@@ -141,6 +182,7 @@ class EventClock:
         self.cold_l2 = cold_l2
         self.total_s = 0.0
         self._flush = None
+        self._lead = _Lead()
 
     def __call__(self) -> float:
         return self.total_s
@@ -150,13 +192,14 @@ class EventClock:
 
         if self._flush is None:
             self._flush = _Flusher(torch.cuda.current_device(), self.cold_l2)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        self._flush()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        self.total_s += start.elapsed_time(end) / 1e3
+        self._lead.sleep()  # each sample starts from an idle GPU
+        for _ in range(64):
+            pair = self._lead.timed(self._flush, fn)
+            if pair:
+                pair[1].synchronize()
+                self.total_s += pair[0].elapsed_time(pair[1]) / 1e3
+                return
+        raise RuntimeError("the host never got ahead of the GPU in 64 tries")
 
 
 def _query(cmd) -> str | None:

@@ -1,0 +1,42 @@
+"""The timer on a GPU: samples hold kernel time only, never the host's launch time."""
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from mlagate.measure import EventClock, last_level_cache_bytes, time_gpu  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+HOST_MS = 0.3  # Python work before each launch, longer than the tiny kernel it launches
+
+
+def slow_host_call():
+    x = torch.zeros(1, device="cuda")
+
+    def call():
+        time.sleep(HOST_MS / 1e3)
+        x.add_(1)
+
+    return call
+
+
+def test_time_gpu_keeps_host_time_out_of_the_samples():
+    s = time_gpu(slow_host_call(), warmup_ms=5, rep_ms=20, min_samples=20, max_samples=40, cold_l2=True)
+    assert 20 <= len(s.times_ms) <= 40
+    assert max(s.times_ms) < HOST_MS / 2, sorted(s.times_ms)[-5:]
+    assert s.dropped >= 1  # the first lead was too short for this host: the call was dropped, not timed
+
+
+def test_time_gpu_flushes_twice_the_last_level_cache():
+    s = time_gpu(lambda: torch.ones(1 << 20, device="cuda"), warmup_ms=5, rep_ms=5, min_samples=10)
+    assert s.flush_bytes >= 2 * last_level_cache_bytes(torch.device("cuda", 0))
+    assert all(t > 0 for t in s.times_ms)
+
+
+def test_asv_clock_keeps_host_time_out():
+    clock, call = EventClock(cold_l2=True), slow_host_call()
+    for _ in range(10):
+        clock.run(call)
+    assert clock() / 10 < HOST_MS / 2 / 1e3
