@@ -41,6 +41,7 @@ for r in range(ROUNDS):
         results[case.label()]["mlagate"].append(statistics.median(s.times_ms))
         results[case.label()]["samples"].append([round(t, 6) for t in s.times_ms])
     print(f"round {r}: {clocks()}", flush=True)
+    json.dump(results, open(sys.argv[1], "w"))  # after every round: a cut-short run keeps its rounds
 spreads = {}
 for label, r in results.items():
     meds = r["mlagate"]
@@ -51,4 +52,3 @@ for label, r in results.items():
 worst = max(spreads, key=spreads.get)
 print(f"spread across the grid: median {statistics.median(spreads.values()):.2%}, worst {spreads[worst]:.2%} ({worst}); "
       f"{sum(v <= 0.01 for v in spreads.values())} of {len(spreads)} cases <= 1%")
-json.dump(results, open(sys.argv[1], "w"))
