@@ -6,7 +6,7 @@ the other over http://127.0.0.1, driven through the DevTools protocol: every
 uncaught exception, console error or failed load is a JavaScript error, and
 every request must stay on the local server. Screenshots go to out/ (CI
 artifacts). `python tests/test_report_browser.py PNG` writes the summary page's
-screenshot with the full-grid H200 bench (docs/report-summary-h200.png).
+screenshot from the full-grid asv record (docs/report-summary-h200.png).
 """
 
 import base64
@@ -35,8 +35,8 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync")
 
 
-def build_report(out: Path, *extra) -> Path:
-    code = cli.main(["report", "--results", str(FIXTURES / "results"), "--out", str(out), *extra])
+def build_report(out: Path, *extra, results=FIXTURES / "results") -> Path:
+    code = cli.main(["report", "--results", str(results), "--out", str(out), *extra])
     if code != 0:
         raise RuntimeError(f"mlagate report exited {code}")
     return out
@@ -261,11 +261,34 @@ def test_asv_pages_in_chromium(browser):
     chromium.screenshot(ARTIFACTS / "report-asv-graph-screenshot.png")
 
 
-if __name__ == "__main__":  # the README's screenshot: the full H200 grid
+def test_full_grid_asv_record_renders(tmp_path):
+    """The full fp16 grid as asv recorded it on the H200 (two commits, 7 implementations x 10 points)."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    report = build_report(tmp_path / "report", results=FIXTURES / "results-full")
+    server, chromium = Server(report), Chromium(tmp_path / "chromium-profile")
+    try:
+        seen = chromium.open(server.base + "asv/index.html",
+                             ready="document.querySelectorAll('.benchmark-container').length")
+        _assert_clean(seen, server.base)
+        graph = server.base + publish.asv_url("mla_decode.TimeDecode.time_decode", "h200",
+                                              ("flashinfer", 128, 16384, "float16"))
+        seen = chromium.open(graph, ready="document.querySelectorAll('#main-graph canvas.flot-base').length")
+        _assert_clean(seen, server.base)
+        selected = chromium.evaluate("[...document.querySelectorAll('.btn.active')].map(b => b.innerText.trim())")
+        assert {"flashinfer", "128", "16384", "float16"} <= set(selected), selected
+        chromium.screenshot(ARTIFACTS / "report-full-grid-asv-graph.png")
+    finally:
+        chromium.close()
+        server.close()
+
+
+if __name__ == "__main__":  # the README's screenshot: the full H200 grid as asv recorded it
     if len(sys.argv) != 2 or _skip_reason():
         sys.exit(f"usage: python {sys.argv[0]} OUT.png (needs chromium: {_skip_reason()})")
     with tempfile.TemporaryDirectory() as tmp:
-        out = build_report(Path(tmp) / "report", "--bench-json", str(BENCH_JSON))
+        out = build_report(Path(tmp) / "report", results=FIXTURES / "results-full")
         server, chromium = Server(out), Chromium(Path(tmp) / "profile", width=1200)
         try:
             seen = chromium.open(server.base + "index.html", ready="document.readyState == 'complete'")
