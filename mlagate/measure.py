@@ -125,6 +125,8 @@ def time_gpu(fn, *, warmup_ms: float = 25, rep_ms: float = 100, min_samples: int
     ``min_samples`` and at most ``max_samples`` calls fill ``rep_ms``. With
     ``cold_l2`` a buffer of twice the last-level cache is written before every
     call, outside the timed region. ``cuda_graph`` replays a captured graph.
+    A call the GPU reached before the host had queued it is not timed
+    (``Samples.dropped``): its sample would hold host time.
     """
     import torch
 
