@@ -49,3 +49,27 @@ def test_record_on_a_cpu_writes_skips_and_refuses_a_second_record(tmp_path, caps
     assert cli.main(args) == 2
     assert "already recorded" in capsys.readouterr().err
     assert not math.isnan(head.date)
+
+
+def test_the_suite_imports_without_touching_the_gpu():
+    """asv's forkserver forks every case from the process that imported the suite: a
+    device query there (cuInit/hipInit) would leave no forked child able to use the GPU."""
+    probe = """
+import sys, torch
+calls = []
+def spy(name, real):
+    def wrapped(*a, **k):
+        calls.append(name)
+        return real(*a, **k)
+    return wrapped
+if hasattr(torch._C, "_cuda_getDeviceCount"):  # CUDA/ROCm builds only
+    torch._C._cuda_getDeviceCount = spy("getDeviceCount", torch._C._cuda_getDeviceCount)
+torch.cuda.is_available = spy("is_available", torch.cuda.is_available)
+torch.cuda.device_count = spy("device_count", torch.cuda.device_count)
+sys.path.insert(0, "benchmarks")
+import mla_decode
+print(calls, "tilelang" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[] False"
