@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from mlagate import stats
 from mlagate.config import Config
-from mlagate.store import BENCH_RATIO, BENCH_TIME, CommitResults
+from mlagate.store import BENCH_RATIO, BENCH_TIME, CommitResults, ok_value
 
 PASS, REGRESSION, ERROR = "pass", "regression", "error"
 EXIT = {PASS: 0, REGRESSION: 1, ERROR: 2}
@@ -63,10 +63,13 @@ class Verdict:
         return [c for c in self.cases if c.flagged]
 
 
+def _past(change: float, p_value: float, threshold: float, alpha: float) -> bool:
+    return change >= threshold and p_value < alpha
+
+
 def is_slower(base, head, threshold: float, alpha: float) -> bool:
     """The latency rule on two sample sets: slower medians by >= threshold, and significant."""
-    return (stats.median_ratio(base, head) - 1 >= threshold
-            and stats.slower_p_value(base, head) < alpha)
+    return _past(stats.median_ratio(base, head) - 1, stats.slower_p_value(base, head), threshold, alpha)
 
 
 def _latency(cv: CaseVerdict, base, head, cfg: Config):
@@ -85,9 +88,9 @@ def _latency(cv: CaseVerdict, base, head, cfg: Config):
     cv.base_median_s, cv.head_median_s = stats.median(base.samples), stats.median(head.samples)
     cv.change = cv.head_median_s / cv.base_median_s - 1
     cv.p_value = stats.slower_p_value(base.samples, head.samples)
-    if is_slower(base.samples, head.samples, g.screen, g.alpha):
+    if _past(cv.change, cv.p_value, g.screen, g.alpha):
         cv.flagged = True
-        cv.over_threshold = is_slower(base.samples, head.samples, g.threshold, g.alpha)
+        cv.over_threshold = _past(cv.change, cv.p_value, g.threshold, g.alpha)
         cv.reasons.append(f"latency +{cv.change:.1%} (median {cv.base_median_s * 1e6:.1f} → "
                           f"{cv.head_median_s * 1e6:.1f} µs, p = {cv.p_value:.1e}; threshold +{g.threshold:.1%} "
                           f"at p < {g.alpha})")
@@ -107,26 +110,21 @@ def _ratio(cv: CaseVerdict, base_ratio, head_ratio, rule):
                           f"({base_ratio:.3f} → {head_ratio:.3f}; max drop {rule.max_drop:.0%})")
 
 
-def _ratio_value(results: CommitResults, key):
-    entry = results.entries(BENCH_RATIO).get(key)
-    return entry.value if entry is not None and entry.status == "ok" else None
-
-
-def _drift(cv: CaseVerdict, head, history, cfg: Config):
+def _drift(cv: CaseVerdict, history, cfg: Config):
     """Warn when head is slower than the best recent main-branch median."""
     g = cfg.gate
     medians = [stats.median(e.samples) for e in (r.entries(BENCH_TIME).get(cv.case) for r in history[-g.drift_lookback:])
                if e is not None and e.status == "ok" and e.samples]
-    if len(medians) < 2 or not head.samples:
+    if len(medians) < 2:
         return
     best = min(medians)
-    slower = stats.median(head.samples) / best - 1
+    slower = cv.head_median_s / best - 1
     if slower >= g.drift_max_slowdown:
         cv.warnings.append(f"drift: {slower:.1%} slower than the best of the last {len(medians)} main results "
                            f"({best * 1e6:.1f} µs)")
 
 
-def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config):
+def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config, rule):
     """The interleaved A/B re-measure decides a flagged case."""
     base_s, head_s = confirmation
     change = stats.median_ratio(base_s, head_s) - 1
@@ -134,19 +132,12 @@ def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config):
     # A ratio drop is confirmed by the slowdown its own rule allows.
     threshold = cfg.gate.threshold
     if any("vendor ratio dropped" in r for r in cv.reasons):
-        threshold = min(threshold, cfg.gate.ratio[_platform_of(cfg, cv)].max_drop)
-    agrees = is_slower(base_s, head_s, threshold, cfg.gate.alpha)
+        threshold = min(threshold, rule.max_drop)
+    agrees = _past(change, p, threshold, cfg.gate.alpha)
     cv.confirmation = {"change": change, "p_value": p, "agrees": agrees, "samples": (len(base_s), len(head_s))}
     if not agrees:
         cv.warnings.append(f"not confirmed: interleaved re-measure shows {change:+.1%} (p = {p:.2g})")
     return agrees
-
-
-def _platform_of(cfg: Config, cv: CaseVerdict) -> str:
-    for name, platform in cfg.platforms.items():
-        if platform.tilelang == cv.case[0]:
-            return name
-    return next(iter(cfg.platforms))
 
 
 def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: str, *, history=(),
@@ -161,6 +152,7 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
     rule = g.ratio[platform]
     tilelang = cfg.platform(platform).tilelang
     base_t, head_t = base.entries(BENCH_TIME), head.entries(BENCH_TIME)
+    history = list(history)
     keys = sorted({k for k in (*base_t, *head_t) if k[0] in g.gated}, key=str)
     verdict = Verdict(PASS, [], base=base.commit, head=head.commit, platform=platform)
     if not keys:
@@ -185,15 +177,15 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
         else:
             _latency(cv, b, h, cfg)
             if cv.status != ERROR:
-                _drift(cv, h, list(history), cfg)
+                _drift(cv, history, cfg)
         if key[0] == tilelang and cv.status in (PASS, "no_baseline"):
-            head_ratio = _ratio_value(head, key)
+            head_ratio = ok_value(head.entries(BENCH_RATIO).get(key))
             ratio_seen |= head_ratio is not None
-            _ratio(cv, _ratio_value(base, key), head_ratio, rule)
+            _ratio(cv, ok_value(base.entries(BENCH_RATIO).get(key)), head_ratio, rule)
         if cv.flagged and cv.status == PASS:
             confirmation = (confirmations or {}).get(key)
             if confirmation is not None:
-                cv.status = REGRESSION if _apply_confirmation(cv, confirmation, cfg) else PASS
+                cv.status = REGRESSION if _apply_confirmation(cv, confirmation, cfg, rule) else PASS
             elif cv.over_threshold:
                 cv.status = REGRESSION
                 if confirmations is not None:

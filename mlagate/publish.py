@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from mlagate import metrics, recorder
-from mlagate.store import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, PARAM_NAMES, Store, StoreError, default_root
+from mlagate.store import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, PARAM_NAMES, Store, StoreError, default_root, ok_value
 
 PORT = 8080  # documented in docs/report.md: `python -m http.server 8080 --directory OUT`
 
@@ -124,10 +124,6 @@ def asv_url(bench: str, machine: str, case: tuple = ()) -> str:
 
 # -- what is shown -----------------------------------------------------------------
 
-def _ok(entry):
-    return entry.value if entry is not None and entry.status == "ok" else None
-
-
 def commit_rows(results) -> list:
     """One row per case of a commit: latency (s), TFLOPs and vendor ratio, or its status."""
     time, tflops, ratio = (results.entries(b) for b in (BENCH_TIME, BENCH_TFLOPS, BENCH_RATIO))
@@ -135,8 +131,8 @@ def commit_rows(results) -> list:
     for key in set(time) | set(tflops):
         statuses = [e.status for e in (time.get(key), tflops.get(key)) if e is not None]
         rows.append({**dict(zip(PARAM_NAMES, key)), "status": "ok" if "ok" in statuses else statuses[0],
-                     "reason": None, "latency_s": _ok(time.get(key)), "tflops": _ok(tflops.get(key)),
-                     "ratio": _ok(ratio.get(key))})
+                     "reason": None, "latency_s": ok_value(time.get(key)), "tflops": ok_value(tflops.get(key)),
+                     "ratio": ok_value(ratio.get(key))})
     return rows
 
 
@@ -367,7 +363,7 @@ def trend_section(cfg, out: Path, recent: list, machine: str) -> str:
     series = {}
     for i, r in enumerate(recent):
         for key, entry in r.entries(BENCH_TIME).items():
-            series.setdefault(key, [None] * len(recent))[i] = _ok(entry)
+            series.setdefault(key, [None] * len(recent))[i] = ok_value(entry)
     trend_png(out / "trend.png", cfg, recent, series)
     order = {impl: n for n, impl in enumerate(_impl_order(cfg, [{"impl": k[0]} for k in series]))}
     body = [[f'<a href="{_e(asv_url(BENCH_TIME, machine, key))}">{_e(key[0])}</a>', *map(_e, key[1:])]

@@ -36,6 +36,11 @@ class Entry:
     samples: tuple | None = None  # raw samples (seconds), when recorded
 
 
+def ok_value(entry: Entry | None) -> float | None:
+    """The entry's value if it was measured; None if absent, failed or skipped."""
+    return entry.value if entry is not None and entry.status == "ok" else None
+
+
 @dataclass
 class CommitResults:
     machine: str
