@@ -60,7 +60,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     machine = pick_machine(store, machine)
     loaded = {}
     for name, commit in (("base", base_commit), ("head", head_commit)):
-        found = store.load(machine, commit) if machine in store.machines() else None
+        found = store.load(machine, commit)
         if found is None and record_missing:
             from mlagate.recorder import record
 

@@ -9,6 +9,7 @@ corrupt or partial file is reported with its path and skipped.
 """
 
 import ast
+import itertools
 import json
 import math
 import os
@@ -62,15 +63,9 @@ class Problem:
         return f"{self.path}: {self.reason}"
 
 
-def _parse_params(raw) -> list:
-    return [[ast.literal_eval(v) for v in values] for values in raw]
-
-
-def _cartesian(lists):
-    out = [()]
-    for values in lists:
-        out = [prev + (v,) for prev in out for v in values]
-    return out
+def case_keys(raw_params) -> list:
+    """asv's parameter lists (values as Python literals) -> case keys, in asv's result order."""
+    return list(itertools.product(*([ast.literal_eval(v) for v in values] for values in raw_params)))
 
 
 def parse_results_file(path) -> tuple:
@@ -88,8 +83,7 @@ def parse_results_file(path) -> tuple:
         samples_i = columns.index("samples") if "samples" in columns else None
         benchmarks = {}
         for name, row in data["results"].items():
-            params = _parse_params(row[params_i])
-            keys = _cartesian(params)
+            keys = case_keys(row[params_i])
             results = row[result_i]
             if len(results) != len(keys):
                 raise ValueError(f"{name}: {len(results)} results for {len(keys)} parameter combinations")
@@ -151,7 +145,10 @@ class Store:
         return by_commit
 
     def load(self, machine, commit) -> CommitResults | None:
-        """Results of one commit (full hash or unique prefix), or None if absent."""
+        """Results of one commit (full hash or unique prefix), or None if absent
+        (also when the machine has no results yet)."""
+        if machine not in self.machines():
+            return None
         matches = [r for c, r in self.load_all(machine).items() if c.startswith(commit)]
         if len(matches) > 1:
             raise StoreError(f"{self.root / machine}: commit prefix '{commit}' is ambiguous")

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from mlagate import config, decide
-from mlagate.store import BENCH_RATIO, BENCH_TIME, Store
+from mlagate.store import BENCH_RATIO, BENCH_TIME, Store, case_keys
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200"
 RESULTS = FIXTURES / "results"
@@ -39,11 +39,7 @@ def edit(root, commit, bench, case, change):
     data = json.loads(path.read_text())
     cols = data["result_columns"]
     row = data["results"][bench]
-    params = [[eval(v) for v in values] for values in row[cols.index("params")]]
-    keys = [()]
-    for values in params:
-        keys = [k + (v,) for k in keys for v in values]
-    i = keys.index(case)
+    i = case_keys(row[cols.index("params")]).index(case)
     s_i = cols.index("samples")
     samples = row[s_i] if s_i < len(row) else None  # track_* rows stop before the samples column
     value, new_samples = change(row[0][i], samples[i] if samples else None)
@@ -94,10 +90,7 @@ def drop_batch(root, commit, batch):
     per_case = [i for i, c in enumerate(cols) if c not in ("params", "version", "started_at", "duration")]
     for row in data["results"].values():
         params = row[p_i]
-        keys = [()]
-        for values in params:
-            keys = [k + (v,) for k in keys for v in values]
-        keep = [i for i, k in enumerate(keys) if k[1] != str(batch)]
+        keep = [i for i, k in enumerate(case_keys(params)) if k[1] != batch]
         for c in per_case:
             if c < len(row) and isinstance(row[c], list):
                 row[c] = [row[c][i] for i in keep]
