@@ -48,7 +48,7 @@ def cmd_bench(args, cfg) -> int:
         rows = bench.run_cases(cases, cfg.timing, gpus=gpus, on_result=on_result)
     env = {"start": env_start, "end": measure.environment(), "config_digest": cfg.digest}
     platform = env_start["platform"]
-    rows = bench.add_metrics(rows, peaks=cfg.roofline.get((env_start.get("arch") or "").rstrip("a")),
+    rows = bench.add_metrics(rows, peaks=cfg.peaks(env_start.get("arch")),
                              vendor=cfg.platform(platform).vendor)
     _console().print(report.bench_table(rows, vendor=cfg.platform(platform).vendor))
     if args.out:
@@ -192,8 +192,7 @@ def main(argv=None) -> int:
         importlib.import_module(name).add_parser(sub)
 
     args = parser.parse_args(argv)
-    from mlagate.gate import GateError
-    from mlagate.store import StoreError
+    from mlagate.store import GateError, StoreError
 
     try:
         cfg = config_mod.load(args.config)

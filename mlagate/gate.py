@@ -9,12 +9,7 @@ from pathlib import Path
 from mlagate import decide, report, resources
 from mlagate.config import Case, Config
 from mlagate.recorder import REPO, git, resolve
-from mlagate.store import BENCH_TFLOPS, Store, StoreError
-
-
-class GateError(Exception):
-    """Missing inputs the gate cannot decide without; the message says what to run."""
-
+from mlagate.store import BENCH_TFLOPS, GateError, Store, StoreError
 
 @dataclass
 class GateOutput:
