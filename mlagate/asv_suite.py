@@ -6,7 +6,7 @@ import math
 import os
 
 from mlagate import config as config_mod
-from mlagate.measure import EventClock
+from mlagate.measure import EventClock, platform
 
 CONFIG = config_mod.load(os.environ.get("MLAGATE_CONFIG"))
 _timing = CONFIG.timing
@@ -85,8 +85,7 @@ def measure_grid() -> dict:
 
     if not torch.cuda.is_available():
         return {}
-    platform = "rocm" if getattr(torch.version, "hip", None) else "cuda"
-    rows = bench.add_metrics(bench.run_cases(cases(), CONFIG.timing), vendor=CONFIG.platform(platform).vendor)
+    rows = bench.add_metrics(bench.run_cases(cases(), CONFIG.timing), vendor=CONFIG.platform(platform()).vendor)
     return {_key(r["impl"], r["batch"], r["seqlen"], r["dtype"]): r for r in rows}
 
 

@@ -107,6 +107,10 @@ class Config:
             raise ConfigError(f"platforms.{name}: not configured")
         return self.platforms[name]
 
+    def peaks(self, arch: str | None):
+        """The roofline peaks of an arch ("sm_90a" reads sm_90's), or None."""
+        return self.roofline.get((arch or "").rstrip("a"))
+
 
 class _Reader:
     """Walks the raw YAML and turns every problem into a ConfigError naming its key."""

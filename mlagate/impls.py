@@ -20,10 +20,6 @@ class Unavailable(Exception):
     """This implementation cannot run here (library missing, wrong architecture)."""
 
 
-def platform() -> str:
-    return "rocm" if getattr(torch.version, "hip", None) else "cuda"
-
-
 def _require(module: str, impl: str):
     if importlib.util.find_spec(module) is None:
         raise Unavailable(f"{impl}: Python package '{module}' is not installed")

@@ -233,6 +233,13 @@ def _version(module: str) -> str | None:
     return getattr(mod, "__version__", "unknown")
 
 
+def platform() -> str:
+    """'rocm' or 'cuda': which kind of torch build this is."""
+    import torch
+
+    return "rocm" if getattr(torch.version, "hip", None) else "cuda"
+
+
 def environment(device=None) -> dict:
     """What a result was measured on: GPU, architecture, versions, clocks, commit."""
     import torch
@@ -246,7 +253,7 @@ def environment(device=None) -> dict:
         "tilelang": _version("tilelang"),
         "cuda": torch.version.cuda,
         "hip": getattr(torch.version, "hip", None),
-        "platform": "rocm" if getattr(torch.version, "hip", None) else "cuda",
+        "platform": platform(),
         "commit": _query(["git", "-c", "safe.directory=*", "-C", os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                           "rev-parse", "HEAD"]),
     }

@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from mlagate import metrics, recorder
+from mlagate.report import pyplot
 from mlagate.store import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, PARAM_NAMES, Store, StoreError, default_root, ok_value
 
 PORT = 8080  # documented in docs/report.md: `python -m http.server 8080 --directory OUT`
@@ -159,7 +160,7 @@ def platform_of(cfg, env: dict, rows) -> str | None:
 
 def roofline(cfg, arch: str | None, batch: int, seqlen: int, dtype: str) -> float | None:
     """min(peak TFLOPs, arithmetic intensity x peak bandwidth) for the arch, None if not configured."""
-    peak = cfg.roofline.get((arch or "").rstrip("a"))
+    peak = cfg.peaks(arch)
     if peak is None:
         return None
     intensity = metrics.flops(batch, cfg.grid.heads, seqlen) / metrics.bytes_moved(batch, cfg.grid.heads, seqlen,
@@ -168,15 +169,6 @@ def roofline(cfg, arch: str | None, batch: int, seqlen: int, dtype: str) -> floa
 
 
 # -- plots -----------------------------------------------------------------------
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
 
 def _impl_order(cfg, rows):
     present = {r["impl"] for r in rows}
@@ -188,11 +180,11 @@ def _colors(cfg):
 
 
 def tflops_png(path, cfg, rows, arch) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     panels = sorted({(r["batch"], r["dtype"]) for r in rows})
     fig, axes = plt.subplots(1, len(panels), figsize=(5.4 * len(panels) + 2.2, 3.8), squeeze=False,
                              layout="constrained")
-    peak = cfg.roofline.get((arch or "").rstrip("a"))
+    peak = cfg.peaks(arch)
     for ax, (batch, dtype) in zip(axes[0], panels):
         for impl in _impl_order(cfg, rows):
             pts = sorted((r["seqlen"], r["tflops"]) for r in rows
@@ -215,7 +207,7 @@ def tflops_png(path, cfg, rows, arch) -> None:
 
 
 def ratio_png(path, cfg, rows, platform) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     impl, vendor, floor = cfg.platform(platform).tilelang, cfg.platform(platform).vendor, cfg.gate.ratio[platform].floor
     cases = sorted((r["batch"], r["seqlen"], r["dtype"], r["ratio"]) for r in rows
                    if r["impl"] == impl and r["ratio"] is not None)
@@ -238,7 +230,7 @@ def ratio_png(path, cfg, rows, platform) -> None:
 
 def trend_png(path, cfg, commits, series) -> None:
     """series: {case: [latency s or None per commit]}; one panel per (batch, seqlen, dtype)."""
-    plt = _pyplot()
+    plt = pyplot()
     panels = sorted({c[1:] for c in series})
     ncols = min(len(panels), 5)
     nrows = math.ceil(len(panels) / ncols)
@@ -334,7 +326,7 @@ def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, i
     start = env.get("start") or {}
     arch, platform = start.get("arch"), platform_of(cfg, start, rows)
     tflops_png(out / "tflops.png", cfg, rows, arch)
-    roof = (f"dashed: the roofline of {_e(arch)} from perf.yml" if cfg.roofline.get((arch or "").rstrip("a"))
+    roof = (f"dashed: the roofline of {_e(arch)} from perf.yml" if cfg.peaks(arch)
             else f"no roofline: perf.yml has none for arch {_e(arch or 'not recorded')}")
     html_ = [f"<h2>Newest run: {source}</h2>",
              f'<figure><img src="tflops.png" alt="TFLOPs vs seqlen per implementation and batch">'

@@ -1,13 +1,13 @@
 """Formatting: tables for the terminal, Markdown, JSON verdicts, annotations."""
 
-from rich.table import Table
-
 
 def _fmt(value, spec):
     return "—" if value is None else format(value, spec)
 
 
-def bench_table(rows, *, vendor: str | None = None) -> Table:
+def bench_table(rows, *, vendor: str | None = None):
+    from rich.table import Table
+
     table = Table(title="MLA decode", show_lines=False)
     for col in ("impl", "dtype", "batch", "seqlen", "latency µs", "±IQR", "TFLOPs", "GB/s", "roofline",
                 f"vs {vendor}" if vendor else "vs vendor", "status"):
@@ -100,12 +100,19 @@ def annotations(verdict) -> list:
     return out
 
 
-def tflops_plot(points, path, *, title="MLA decode TFLOPs") -> str:
-    """points: [(impl, batch, seqlen, dtype, tflops)]; one panel per (batch, dtype)."""
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (CI and GPU hosts have no display)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def tflops_plot(points, path, *, title="MLA decode TFLOPs") -> str:
+    """points: [(impl, batch, seqlen, dtype, tflops)]; one panel per (batch, dtype)."""
+    plt = pyplot()
 
     panels = sorted({(p[1], p[3]) for p in points})
     fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(5.5 * max(len(panels), 1), 4), squeeze=False)
@@ -142,10 +149,7 @@ def calibration_markdown(curves, gate) -> str:
 
 
 def calibration_plot(curves, path, *, threshold) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for label, curve in curves.items():
