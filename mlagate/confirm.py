@@ -28,13 +28,13 @@ class ConfirmError(Exception):
 
 def kernel_module_at(repo, commit):
     """kernels/mla_decode.py as it was at ``commit``, imported as its own module."""
+    name = f"mla_decode_at_{commit[:12]}"
+    if name in sys.modules:
+        return sys.modules[name]
     try:
         source = git("show", f"{commit}:{KERNEL_FILE}", repo=repo)
     except ValueError as e:
         raise ConfirmError(f"cannot read {KERNEL_FILE} at {commit}: {e}") from None
-    name = f"mla_decode_at_{commit[:12]}"
-    if name in sys.modules:
-        return sys.modules[name]
     path = Path(tempfile.mkdtemp(prefix="mlagate-confirm-")) / f"{name}.py"
     path.write_text(source + "\n")
     spec = importlib.util.spec_from_file_location(name, path)
