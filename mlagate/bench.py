@@ -16,9 +16,8 @@ import threading
 from dataclasses import asdict
 
 from mlagate import metrics, stats
-from mlagate.config import Case, Timing
+from mlagate.config import ROOT, Case, Timing
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = "@@mlagate "  # prefixes the worker's protocol lines; libraries may print too
 CUDA_FAULT_EXIT = 3
 
@@ -57,7 +56,7 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
             # cwd = the folder holding this mlagate, so `-m` imports this same code (asv runs
             # a commit's benchmarks from a worktree; the cwd's checkout may be another commit).
             proc = subprocess.Popen([python, "-m", "mlagate.bench"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=stderr, text=True, env=env, cwd=PACKAGE_ROOT)
+                                    stderr=stderr, text=True, env=env, cwd=ROOT)
             proc.stdin.write(json.dumps(job))
             proc.stdin.close()
             current = None

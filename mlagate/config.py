@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "perf.yml"
+ROOT = Path(__file__).resolve().parent.parent  # the checkout this mlagate is imported from
+DEFAULT_PATH = ROOT / "perf.yml"
 PLATFORMS = ("rocm", "cuda")
 DTYPES = ("float16", "bfloat16")
 KNOWN_IMPLS = ("tilelang-hopper", "tilelang-cdna3", "flash_mla", "flashinfer", "aiter", "triton", "torch")

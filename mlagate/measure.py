@@ -10,6 +10,8 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 
+from mlagate.config import ROOT
+
 # Last-level caches that torch does not report as L2: MI300X's 256 MB Infinity Cache.
 LAST_LEVEL_CACHE_BYTES = {"gfx942": 256 << 20}
 
@@ -164,7 +166,7 @@ def time_gpu(fn, *, warmup_ms: float = 25, rep_ms: float = 100, min_samples: int
         else:
             dropped += 1
     torch.cuda.synchronize()
-    if len(pairs) < min(n, min_samples):
+    if len(pairs) < min_samples:  # n >= min_samples
         raise RuntimeError(f"only {len(pairs)} of {n} calls could be timed: the host never got ahead of the GPU")
     times = tuple(s.elapsed_time(e) for s, e in pairs)
     return Samples(times, "cuda-graph" if cuda_graph else "cuda-event", flush.nbytes, warmup_calls + 6,
@@ -254,8 +256,7 @@ def environment(device=None) -> dict:
         "cuda": torch.version.cuda,
         "hip": getattr(torch.version, "hip", None),
         "platform": platform(),
-        "commit": _query(["git", "-c", "safe.directory=*", "-C", os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "rev-parse", "HEAD"]),
+        "commit": _query(["git", "-c", "safe.directory=*", "-C", str(ROOT), "rev-parse", "HEAD"]),
     }
     if torch.cuda.is_available():
         from mlagate.kernels.mla_decode import device_arch

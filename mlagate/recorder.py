@@ -18,9 +18,10 @@ import tempfile
 from pathlib import Path
 
 from mlagate import measure
+from mlagate.config import ROOT
 from mlagate.store import Store, StoreError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = ROOT
 
 
 def git(*args, repo=REPO) -> str:

@@ -17,6 +17,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlagate.config import ROOT
+
 BENCH_TIME = "mla_decode.TimeDecode.time_decode"
 BENCH_TFLOPS = "mla_decode.Throughput.track_tflops"
 BENCH_RATIO = "mla_decode.Throughput.track_vendor_ratio"
@@ -240,4 +242,4 @@ def commit_branch(path, message, remote="origin", branch=None, push=True) -> boo
 
 
 def default_root() -> Path:
-    return Path(os.environ.get("MLAGATE_RESULTS", Path(__file__).resolve().parent.parent / ".asv" / "results"))
+    return Path(os.environ.get("MLAGATE_RESULTS", ROOT / ".asv" / "results"))
