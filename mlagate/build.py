@@ -65,7 +65,7 @@ class Job:
     def plan(self):
         from mlagate.kernels import mla_decode
 
-        return mla_decode.plan(self.shape, self.config, mla_decode.SM_COUNT.get(self.arch, 132))
+        return mla_decode.plan_for_arch(self.shape, self.config, self.arch)
 
 
 def parse_target(target: str) -> tuple:
@@ -346,7 +346,7 @@ def kernel_rows(job: Job, lowered: dict, compiled: dict | None, smem_limit: int 
             else:
                 row.update(compiled[function])
         row["smem"] = (row["static_smem"] or 0) + (row["dynamic_smem"] or 0)
-        occ = resources.occupancy(job.arch, row["threads"] or 0, row["registers"], row["smem"], smem_limit)
+        occ = resources.row_occupancy(row, job.arch, smem_limit)
         row["blocks_per_sm"], row["limited_by"] = occ["blocks"], occ["limited_by"]
         rows.append(row)
     return rows
@@ -487,9 +487,9 @@ def run(args, cfg) -> int:
         stem.with_suffix(".md").write_text(report_mod.build_markdown(rep, findings))
         print(f"wrote {stem}.json and {stem}.md")
         if args.record:
-            from mlagate.store import Store, default_root
+            from mlagate.store import Store, results_root
 
-            path = Store(Path(args.results or default_root())).write_sidecar(
+            path = Store(results_root(args.results)).write_sidecar(
                 args.machine, commit, resources.sidecar_kind(target), rep)
             print(f"recorded {path}")
         failed |= any(f.failed for f in findings)

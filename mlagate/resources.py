@@ -91,7 +91,8 @@ class Finding:
         return self.status == FAIL
 
 
-def _occ(row, arch, limit) -> dict:
+def row_occupancy(row, arch, limit) -> dict:
+    """occupancy() of one kernel row of a build report."""
     return occupancy(arch, row.get("threads") or 0, row.get("registers"), row.get("smem") or 0, limit)
 
 
@@ -124,7 +125,7 @@ def _kernel(target, head, base, arch, limit, g, found):
                             f"loads {base.get('spill_loads') or 0} → {head.get('spill_loads') or 0} B "
                             f"(registers {base.get('registers')} → {head.get('registers')}; +{new} B > "
                             f"gate.build.max_new_spill_bytes = {g.max_new_spill_bytes})")
-    b_occ, h_occ = _occ(base, arch, limit), _occ(head, arch, limit)
+    b_occ, h_occ = row_occupancy(base, arch, limit), row_occupancy(head, arch, limit)
     if b_occ["blocks"] is not None and h_occ["blocks"] is not None and h_occ["blocks"] < b_occ["blocks"]:
         add("occupancy", FAIL, f"{b_occ['blocks']} → {h_occ['blocks']} blocks per SM, limited by "
                                f"{h_occ['limited_by']} (registers {base.get('registers')} → {head.get('registers')}, "
