@@ -60,7 +60,7 @@ def cmd_bench(args, cfg) -> int:
 def cmd_record(args, cfg) -> int:
     from mlagate import recorder, store
 
-    path = recorder.record(args.rev, results=Path(args.results or store.default_root()), machine=args.machine,
+    path = recorder.record(args.rev, results=store.results_root(args.results), machine=args.machine,
                            grid=args.grid, dtypes=args.dtype, impls=args.impl, bench_regex=args.bench)
     print(f"recorded {args.rev} -> {path}")
     return EXIT_OK
@@ -69,7 +69,7 @@ def cmd_record(args, cfg) -> int:
 def cmd_gate(args, cfg) -> int:
     from mlagate import gate, report, store
 
-    out = gate.run_gate(cfg, base_rev=args.base, head_rev=args.head, results=Path(args.results or store.default_root()),
+    out = gate.run_gate(cfg, base_rev=args.base, head_rev=args.head, results=store.results_root(args.results),
                         out_dir=Path(args.out), machine=args.machine, platform=args.platform, confirm=args.confirm,
                         record_missing=args.record_missing, grid=args.grid)
     print(out.markdown)

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from mlagate import metrics, recorder
 from mlagate.report import pyplot
-from mlagate.store import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, PARAM_NAMES, Store, StoreError, default_root, ok_value
+from mlagate.store import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, PARAM_NAMES, Store, StoreError, ok_value, results_root
 
 PORT = 8080  # documented in docs/report.md: `python -m http.server 8080 --directory OUT`
 
@@ -65,7 +65,7 @@ def run(args, cfg) -> int:
     if last < 1:
         raise ValueError(f"--last must be >= 1, got {last}")
     out = Path(args.out)
-    problems = build(cfg, results=Path(args.results or default_root()), out=out, machine=args.machine,
+    problems = build(cfg, results=results_root(args.results), out=out, machine=args.machine,
                      bench_json=args.bench_json, last=last)
     for problem in problems:
         print(f"warning: skipped {problem}", file=sys.stderr)

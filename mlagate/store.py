@@ -241,5 +241,6 @@ def commit_branch(path, message, remote="origin", branch=None, push=True) -> boo
     return True
 
 
-def default_root() -> Path:
-    return Path(os.environ.get("MLAGATE_RESULTS", ROOT / ".asv" / "results"))
+def results_root(given=None) -> Path:
+    """The results directory: the one given, else $MLAGATE_RESULTS, else .asv/results."""
+    return Path(given or os.environ.get("MLAGATE_RESULTS", ROOT / ".asv" / "results"))
