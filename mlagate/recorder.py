@@ -50,6 +50,7 @@ def record(rev: str, *, results: Path, machine: str, grid: str = "full", dtypes=
            bench_regex: str | None = None, echo=print) -> Path:
     """Record ``rev`` into the store at ``results``; returns the asv results file."""
     commit = resolve(rev)
+    results = Path(results).resolve()  # asv reads a relative results_dir against its config file's folder
     store = Store(results)
     if store.load(machine, commit) is not None:
         raise StoreError(f"{results / machine}: {commit[:8]} is already recorded on '{machine}'; "
