@@ -11,7 +11,7 @@ from mlagate.measure import EventClock, platform
 CONFIG = config_mod.load(os.environ.get("MLAGATE_CONFIG"))
 _timing = CONFIG.timing
 clock = EventClock(cold_l2=_timing.cold_l2)
-repeat = (_timing.min_samples, _timing.max_samples, _timing.rep_ms / 1e3)
+repeat = (_timing.min_samples, _timing.asv_max_samples, _timing.asv_rep_ms / 1e3)
 warmup_s = _timing.warmup_ms / 1e3
 
 

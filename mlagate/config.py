@@ -64,6 +64,8 @@ class Timing:
     max_samples: int
     cold_l2: bool
     cuda_graph: bool
+    asv_rep_ms: float  # asv's latency samples (TimeDecode): their own, smaller budget
+    asv_max_samples: int
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,8 @@ def parse(data) -> Config:
                 raise ConfigError(f"platforms.{name}.{key}: {value!r} is not in implementations")
         platforms[name] = Platform(vendor, tilelang)
 
-    t = top.section("timing", ("warmup_ms", "rep_ms", "min_samples", "max_samples", "cold_l2", "cuda_graph"))
+    t = top.section("timing", ("warmup_ms", "rep_ms", "min_samples", "max_samples", "cold_l2", "cuda_graph", "asv"))
+    a = t.section("asv", ("rep_ms", "max_samples"))
     timing = Timing(
         warmup_ms=t.get("warmup_ms", float, minimum=0),
         rep_ms=t.get("rep_ms", float, minimum=0, exclusive_min=True),
@@ -202,10 +205,12 @@ def parse(data) -> Config:
         max_samples=t.get("max_samples", int, minimum=1),
         cold_l2=t.get("cold_l2", bool),
         cuda_graph=t.get("cuda_graph", bool),
+        asv_rep_ms=a.get("rep_ms", float, minimum=0, exclusive_min=True),
+        asv_max_samples=a.get("max_samples", int, minimum=1),
     )
-    if timing.max_samples < timing.min_samples:
-        raise ConfigError(f"timing.max_samples: must be >= timing.min_samples ({timing.min_samples}), "
-                          f"got {timing.max_samples}")
+    for key, value in (("timing.max_samples", timing.max_samples), ("timing.asv.max_samples", timing.asv_max_samples)):
+        if value < timing.min_samples:
+            raise ConfigError(f"{key}: must be >= timing.min_samples ({timing.min_samples}), got {value}")
 
     r = top.section("roofline", tuple(data.get("roofline") or ()))
     roofline = {}

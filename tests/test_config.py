@@ -28,6 +28,8 @@ def test_repository_config_loads():
     (lambda r: r["timing"].update(rep_ms=0), r"timing.rep_ms: must be > 0, got 0.0"),
     (lambda r: r["timing"].update(min_samples="many"), "timing.min_samples: must be int, got 'many'"),
     (lambda r: r["timing"].update(max_samples=1), "timing.max_samples: must be >= timing.min_samples"),
+    (lambda r: r["timing"]["asv"].update(max_samples=1), "timing.asv.max_samples: must be >= timing.min_samples"),
+    (lambda r: r["timing"]["asv"].pop("rep_ms"), "timing.asv.rep_ms: missing"),
     (lambda r: r["grid"]["full"].update(seqlen=[0]), "grid.full.seqlen: every entry must be an integer >= 1"),
     (lambda r: r["grid"].update(dtypes=["float8"]), "grid.dtypes: 'float8' is not one of"),
     (lambda r: r["platforms"]["cuda"].update(vendor="cudnn"), "platforms.cuda.vendor: 'cudnn' is not in"),
