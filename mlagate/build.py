@@ -8,10 +8,15 @@ lowered module gives the dynamic shared memory tilelang passes at launch and the
 threads per block; ``cuobjdump -sass`` counts HGMMA (wgmma) instructions, or,
 without cuobjdump, the PTX's ``wgmma.mma_async``.
 
-``hip:<arch>``: source level only (no ROCm >= 6 compiler is installable here):
-LDS bytes (static ``__shared__`` arrays + dynamic), MFMA intrinsics (and
-tilelang's MFMA gemm wrappers), launch bounds. VGPRs, SGPRs and spills are not
-known.
+``hip:<arch>``: where hipcc (ROCm >= 6, via $ROCM_PATH/bin or PATH) exists,
+it compiles each kernel with tilelang's own command (tilelang/contrib/hipcc.py
+compile_hip), which asks clang for ``-Rpass-analysis=kernel-resource-usage``
+remarks: per kernel, VGPRs, AGPRs, SGPRs, scratch bytes per lane, spilled
+registers, static LDS and occupancy in waves per SIMD. Without hipcc (or with
+--codegen-only) it stays source level: LDS bytes (static ``__shared__`` arrays +
+dynamic), launch bounds, and the report says VGPRs, SGPRs and spills are not
+known. MFMA instructions are counted in the source either way (intrinsics and
+tilelang's MFMA gemm wrappers).
 
 Kernels: per (tile config, dtype, shape), the split path (the plan's own split,
 or a forced split of FORCED_SPLIT where the plan does not split) with its
@@ -40,9 +45,8 @@ FORCED_SPLIT = 4
 # (impls.py: wgmma/TMA and 228 KB of shared memory); --config-name overrides.
 DEFAULT_CONFIGS = {"cuda": ("hopper", "cdna3"), "hip": ("cdna3",)}
 EXPECTED_MATRIX = {"sm_90": "HGMMA", "gfx942": "MFMA"}  # by resources.arch_key
-HIP_SOURCE_LEVEL = ("LDS bytes", "MFMA instructions", "launch bounds", "blocks per CU from LDS and threads only "
-                    "(VGPRs, SGPRs and spills need a ROCm >= 6 compiler, not installable from this project's "
-                    "package registries)")
+HIP_SOURCE_LEVEL = ("LDS bytes", "MFMA instructions", "launch bounds")
+HIP_NOT_COMPILED = "blocks per CU from LDS and threads only (VGPRs, SGPRs and spills need hipcc from ROCm >= 6: {})"
 TYPE_BYTES = {"float": 4, "half_t": 2, "half": 2, "bfloat16_t": 2, "__half": 2, "__nv_bfloat16": 2, "double": 8,
               "int": 4, "uint": 4, "int32_t": 4, "uint32_t": 4, "int64_t": 8, "uint64_t": 8, "uchar": 1,
               "char": 1, "int8_t": 1, "uint8_t": 1, "float2": 8, "float4": 16, "uint2": 8, "uint4": 16, "int4": 16}
@@ -279,8 +283,7 @@ def compile_cuda(source: str, arch: str, tools: dict, timeout_s: int = 600) -> d
             return {"error": f"nvcc timed out after {timeout_s} s"}
         log = proc.stdout + proc.stderr
         if proc.returncode != 0:
-            errors = [line for line in log.splitlines() if "error" in line.lower()] or log.splitlines()[-3:]
-            return {"error": f"nvcc failed (exit {proc.returncode}): {' | '.join(errors[:3])[:600]}"}
+            return _failed_compile("nvcc", proc.returncode, log)
         try:
             found = parse_ptxas(log)
         except BuildError as e:
@@ -296,6 +299,106 @@ def compile_cuda(source: str, arch: str, tools: dict, timeout_s: int = 600) -> d
     for name, r in found.items():
         r["matrix"] = counts.get(name, {})
     return found
+
+
+def _failed_compile(tool: str, code: int, log: str) -> dict:
+    errors = [line for line in log.splitlines() if "error" in line.lower()] or log.splitlines()[-3:]
+    return {"error": f"{tool} failed (exit {code}): {' | '.join(errors[:3])[:600]}"}
+
+
+# -- HIP: hipcc and clang's kernel-resource-usage remarks ------------------------
+
+HIP_REMARK_FLAG = "-Rpass-analysis=kernel-resource-usage"
+# clang: "<file>:<line>:<col>: remark: <label>: <value> [-Rpass-analysis=kernel-resource-usage]"; the labels
+# and their order are AMDGPUAsmPrinter::emitResourceUsageRemarks' (llvm/lib/Target/AMDGPU/AMDGPUAsmPrinter.cpp).
+_REMARK = re.compile(r"\bremark: (?:\S+:\d+:\d+: )?\s*(?P<label>[^:]+?): (?P<value>.*?)"
+                     r"(?: \[-Rpass-analysis=kernel-resource-usage\])?\s*$")
+_REMARK_FIELDS = {"TotalSGPRs": "sgprs", "SGPRs": "sgprs", "VGPRs": "vgprs", "AGPRs": "agprs",
+                  "ScratchSize [bytes/lane]": "stack_frame", "Occupancy [waves/SIMD]": "waves_per_simd",
+                  "SGPRs Spill": "sgpr_spills", "VGPRs Spill": "vgpr_spills", "LDS Size [bytes/block]": "static_smem"}
+
+
+def parse_hip_remarks(text: str) -> dict:
+    """kernel-resource-usage remarks -> {kernel: registers, VGPRs/AGPRs/SGPRs, spills, scratch, LDS, waves/SIMD}.
+
+    ``registers`` is the unified VGPR file a wave takes (gfx90a and later: VGPRs aligned to 4 plus
+    AGPRs, LLVM's getTotalNumVGPRs). ``VGPRs Spill`` counts the dwords that spill stores write
+    (SIRegisterInfo adds each SI_SPILL_V*_SAVE's registers, also those that land in free AGPRs), so
+    ``spill_stores`` = 4 B x that, per lane, as ptxas counts bytes per thread; reloads are not
+    reported (``spill_loads`` None).
+    ``stack_frame`` is the scratch size per lane. A value the compiler left as an expression is None."""
+    found, name = {}, None
+    for line in text.splitlines():
+        if not (m := _REMARK.search(line)):
+            continue
+        label, value = m.group("label").strip(), m.group("value").strip()
+        if label == "Function Name":
+            name = value
+            found[name] = {}
+        elif name is not None and label in _REMARK_FIELDS:
+            found[name][_REMARK_FIELDS[label]] = int(value) if value.isdigit() else None
+    out = {}
+    for name, r in found.items():
+        vgprs, agprs, spills = r.get("vgprs"), r.get("agprs") or 0, r.get("vgpr_spills")
+        if vgprs is None:
+            raise BuildError(f"{name}: hipcc printed no numeric 'VGPRs' remark for it")
+        out[name] = {**r, "agprs": agprs, "registers": -(-vgprs // 4) * 4 + agprs if agprs else vgprs,
+                     "spill_stores": None if spills is None else 4 * spills, "spill_loads": None,
+                     "static_smem": r.get("static_smem") or 0, "wgmma_serialized": None}
+    return out
+
+
+def find_hipcc() -> str | None:
+    """$ROCM_PATH/bin/hipcc, else hipcc on PATH (the first two places tilelang's find_hipcc looks)."""
+    rocm = os.environ.get("ROCM_PATH")
+    if rocm and os.access(Path(rocm) / "bin" / "hipcc", os.X_OK):
+        return str(Path(rocm) / "bin" / "hipcc")
+    return shutil.which("hipcc")
+
+
+def hip_toolchain() -> tuple:
+    """(tools, None) for a usable hipcc, or (None, why the gfx942 report stays at source level)."""
+    hipcc = find_hipcc()
+    if hipcc is None:
+        return None, "no hipcc found in $ROCM_PATH/bin or on PATH"
+    try:
+        proc = subprocess.run([hipcc, "--version"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"{hipcc} --version failed: {e}"
+    out = proc.stdout + proc.stderr
+    version = re.search(r"HIP version: (\d+)\.(\S+)", out)
+    if proc.returncode != 0 or (version and int(version.group(1)) < 6):
+        return None, f"{hipcc} is not usable ({out.strip().splitlines()[0] if out.strip() else proc.returncode})"
+    return {"hipcc": hipcc, "version": f"{version.group(1)}.{version.group(2)}" if version else out.strip()[:40],
+            "matrix_check": "source"}, None
+
+
+def hipcc_command(tools: dict, arch: str, source_path, out_path) -> list:
+    """tilelang 0.1.15's command: compile_hip (tilelang/contrib/hipcc.py) with the options of
+    tilelang/rocm/backend.py; it already asks clang for the resource remarks."""
+    from tilelang.env import TILELANG_TEMPLATE_PATH
+
+    return [tools["hipcc"], "-O3", "-c", "-gline-tables-only", f"--offload-arch={arch}", "--genco",
+            "-std=c++17", f"-I{TILELANG_TEMPLATE_PATH}", HIP_REMARK_FLAG, "-o", str(out_path), str(source_path)]
+
+
+def compile_hip(source: str, arch: str, tools: dict, timeout_s: int = 600) -> dict:
+    """{kernel: parse_hip_remarks numbers}, or {"error": text}."""
+    with tempfile.TemporaryDirectory(prefix="mlagate-build-") as tmp:
+        cc = Path(tmp) / "kernel.cc"
+        cc.write_text(source)
+        try:
+            proc = subprocess.run(hipcc_command(tools, arch, cc, Path(tmp) / "kernel.hsaco"), capture_output=True,
+                                  text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"error": f"hipcc timed out after {timeout_s} s"}
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        return _failed_compile("hipcc", proc.returncode, log)
+    try:
+        return parse_hip_remarks(log)
+    except BuildError as e:
+        return {"error": str(e)}
 
 
 # -- assembling the report ----------------------------------------------------
@@ -315,7 +418,7 @@ def kernel_rows(job: Job, lowered: dict, compiled: dict | None, smem_limit: int 
               "num_split": p.num_split, "forced_split": job.forced}
 
     def key(role):
-        return f"{job.config.name}/{s.dtype}/b{s.batch}/s{s.seqlen}/{role}"
+        return f"{job.config.name}/{s.dtype}/h{s.heads}/b{s.batch}/s{s.seqlen}/{role}"
 
     def failed(error):  # the whole program, under its main kernel's name
         role = "split" if p.num_split > 1 else "no-split"
@@ -342,7 +445,7 @@ def kernel_rows(job: Job, lowered: dict, compiled: dict | None, smem_limit: int 
             if "error" in compiled:
                 row["error"] = compiled["error"]
             elif function not in compiled:
-                row["error"] = f"ptxas reported nothing for {function}"
+                row["error"] = f"{'ptxas' if kind == 'cuda' else 'hipcc'} reported nothing for {function}"
             else:
                 row.update(compiled[function])
         row["smem"] = (row["static_smem"] or 0) + (row["dynamic_smem"] or 0)
@@ -350,6 +453,14 @@ def kernel_rows(job: Job, lowered: dict, compiled: dict | None, smem_limit: int 
         row["blocks_per_sm"], row["limited_by"] = occ["blocks"], occ["limited_by"]
         rows.append(row)
     return rows
+
+
+def _source_level(kind: str, tools: dict | None, why: str | None) -> list:
+    """What a report counts in the lowered source rather than from the compiler."""
+    if kind == "hip":
+        return ["MFMA instructions (call sites in the lowered source)"] if tools else [
+            *HIP_SOURCE_LEVEL, HIP_NOT_COMPILED.format(why)]
+    return [] if tools else ["registers, spills and stack (--codegen-only: not compiled)"]
 
 
 class _Inline(Executor):
@@ -367,18 +478,24 @@ class _Inline(Executor):
 def build_reports(targets, configs: dict, shapes, *, jobs: int = 1, codegen_only: bool = False,
                   smem_limits: dict | None = None, commit: str | None = None) -> dict:
     """{target: report} for each target; ``configs``: target -> list of TileConfig.
-    Lowering runs in ``jobs`` processes, nvcc in ``jobs`` threads, overlapped."""
+    Lowering runs in ``jobs`` processes, nvcc or hipcc in ``jobs`` threads, overlapped."""
     import multiprocessing
 
     import tilelang
 
     start = time.monotonic()
     smem_limits = smem_limits or {}
-    toolchains = {}
+    toolchains, why_source = {}, {}
     for t in targets:
         kind, arch = parse_target(t)
-        if kind == "cuda" and not codegen_only:
+        if codegen_only:
+            why_source[t] = "--codegen-only: not compiled"
+        elif kind == "cuda":
             toolchains[t] = cuda_toolchain()
+        else:  # without a usable hipcc (a CPU runner) the report stays at source level
+            tools, why_source[t] = hip_toolchain()
+            if tools:
+                toolchains[t] = tools
     work = [job for t in targets for job in plan_jobs(t, configs[t], shapes)]
     rows = {t: [] for t in targets}
     compiles, pending = {}, []
@@ -396,7 +513,8 @@ def build_reports(targets, configs: dict, shapes, *, jobs: int = 1, codegen_only
             if job.target in toolchains and "error" not in lowered:
                 key = (job.arch, lowered["source"])
                 if key not in compiles:  # identical sources compile once
-                    compiles[key] = nvcc_pool.submit(compile_cuda, lowered["source"], job.arch, toolchains[job.target])
+                    compile_fn = compile_cuda if job.target.startswith("cuda") else compile_hip
+                    compiles[key] = nvcc_pool.submit(compile_fn, lowered["source"], job.arch, toolchains[job.target])
                 pending.append((job, lowered, compiles[key], limit))
             else:
                 rows[job.target] += kernel_rows(job, lowered, None, limit)
@@ -404,7 +522,7 @@ def build_reports(targets, configs: dict, shapes, *, jobs: int = 1, codegen_only
             try:
                 result = compiled.result()
             except Exception as e:  # noqa: BLE001
-                result = {"error": f"nvcc could not run: {type(e).__name__}: {e}"}
+                result = {"error": f"the compiler could not run: {type(e).__name__}: {e}"}
             rows[job.target] += kernel_rows(job, lowered, result, limit)
     wall = round(time.monotonic() - start, 1)
     reports = {}
@@ -413,11 +531,11 @@ def build_reports(targets, configs: dict, shapes, *, jobs: int = 1, codegen_only
         tools = toolchains.get(t)
         reports[t] = {
             "schema": 1, "target": t, "arch": arch, "commit": commit, "tilelang": tilelang.__version__,
-            "toolchain": ({"nvcc": tools["version"], "matrix_check": tools["matrix_check"]} if tools else
-                          {"compiler": None, "matrix_check": "source"}),
-            "cuobjdump": tools["cuobjdump"] if tools else None,
-            "source_level_only": list(HIP_SOURCE_LEVEL) if kind == "hip" else
-            (["registers, spills and stack (--codegen-only: not compiled)"] if not tools else []),
+            "toolchain": ({"compiler": None, "matrix_check": "source"} if not tools else
+                          {"nvcc" if kind == "cuda" else "hipcc": tools["version"],
+                           "matrix_check": tools["matrix_check"]}),
+            "cuobjdump": tools.get("cuobjdump") if tools else None,
+            "source_level_only": _source_level(kind, tools, why_source.get(t)),
             "configs": {c.name: asdict(c) for c in configs[t]},
             "shapes": sorted({(s.batch, s.seqlen, s.heads) for s in shapes}),
             "dtypes": sorted({s.dtype for s in shapes}),
@@ -465,9 +583,9 @@ def run(args, cfg) -> int:
             raise BuildError(f"--config-name {unknown[0]}: not in kernels/mla_decode.py CONFIGS "
                              f"({', '.join(mla_decode.CONFIGS)})")
         configs[t] = [mla_decode.CONFIGS[n] for n in names]
-    batches, seqlens = cfg.grid.sizes[args.grid]
-    shapes = [mla_decode.Shape(b, s, cfg.grid.heads, d)
-              for d in (args.dtype or mla_decode.DTYPES) for b in batches for s in seqlens]
+    batches, seqlens, heads = cfg.grid.sizes[args.grid]
+    shapes = [mla_decode.Shape(b, s, h, d)
+              for d in (args.dtype or mla_decode.DTYPES) for h in heads for b in batches for s in seqlens]
     commit = None
     if args.record:
         from mlagate.recorder import resolve

@@ -9,15 +9,16 @@ def bench_table(rows, *, vendor: str | None = None):
     from rich.table import Table
 
     table = Table(title="MLA decode", show_lines=False)
-    for col in ("impl", "dtype", "batch", "seqlen", "latency µs", "±IQR", "TFLOPs", "GB/s", "roofline",
+    for col in ("impl", "dtype", "heads", "batch", "seqlen", "latency µs", "±IQR", "TFLOPs", "GB/s", "roofline",
                 f"vs {vendor}" if vendor else "vs vendor", "status"):
         table.add_column(col, justify="right" if col not in ("impl", "dtype", "status") else "left")
     for r in rows:
         if r["status"] != "ok":
-            table.add_row(r["impl"], r["dtype"], str(r["batch"]), str(r["seqlen"]), "", "", "", "", "", "",
+            table.add_row(r["impl"], r["dtype"], str(r["heads"]), str(r["batch"]), str(r["seqlen"]), "", "", "", "", "", "",
                           f"{r['status']}: {r.get('reason') or ''}"[:90])
             continue
-        table.add_row(r["impl"], r["dtype"], str(r["batch"]), str(r["seqlen"]), _fmt(r["median_ms"] * 1e3, ".1f"),
+        table.add_row(r["impl"], r["dtype"], str(r["heads"]), str(r["batch"]), str(r["seqlen"]),
+                      _fmt(r["median_ms"] * 1e3, ".1f"),
                       _fmt(r["iqr_ms"] * 1e3, ".1f"), _fmt(r["tflops"], ".1f"), _fmt(r["gbps"], ".0f"),
                       _fmt(r.get("roofline") and r["roofline"] * 100, ".0f") + "%",
                       _fmt(r.get("vendor_ratio"), ".2f"), "ok")
@@ -110,30 +111,6 @@ def pyplot():
     return plt
 
 
-def tflops_plot(points, path, *, title="MLA decode TFLOPs") -> str:
-    """points: [(impl, batch, seqlen, dtype, tflops)]; one panel per (batch, dtype)."""
-    plt = pyplot()
-
-    panels = sorted({(p[1], p[3]) for p in points})
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(5.5 * max(len(panels), 1), 4), squeeze=False)
-    for ax, (batch, dtype) in zip(axes[0], panels):
-        for impl in dict.fromkeys(p[0] for p in points):
-            xs = sorted((p[2], p[4]) for p in points if p[0] == impl and p[1] == batch and p[3] == dtype)
-            if xs:
-                ax.plot([x for x, _ in xs], [y for _, y in xs], marker="o", label=impl)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("seqlen")
-        ax.set_ylabel("TFLOPs")
-        ax.set_title(f"batch {batch}, {dtype}")
-        ax.grid(True, alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
-
-
 # -- calibration ---------------------------------------------------------------
 
 def calibration_markdown(curves, gate) -> str:
@@ -202,7 +179,8 @@ def _build_cells(r, cuda: bool) -> list:
 
 def _build_header(rep) -> str:
     tc = rep["toolchain"]
-    tools = f"nvcc {tc['nvcc']}" if tc.get("nvcc") else "no compiler: source level"
+    tools = (f"nvcc {tc['nvcc']}" if tc.get("nvcc") else f"hipcc {tc['hipcc']}" if tc.get("hipcc")
+             else "no compiler: source level")
     check = {"sass": "cuobjdump -sass", "ptx": "PTX (cuobjdump not found)", "source": "lowered source"}
     check = check.get(tc["matrix_check"], tc["matrix_check"])
     return (f"{rep['target']}: {len(rep['kernels'])} kernels from {rep['sources']} sources, "

@@ -1,7 +1,9 @@
 """The build report (mlagate build) and its rules (mlagate.resources), on a CPU."""
 
 import json
+import os
 import re
+import sys
 
 import pytest
 import yaml
@@ -122,7 +124,7 @@ def test_hip_lds_and_mfma_from_lowered_source():
 
 def _small_perf_yml(tmp_path):
     data = yaml.safe_load(open(config.DEFAULT_PATH))
-    data["grid"]["quick"] = {"batch": [64], "seqlen": [1024]}
+    data["grid"]["quick"] = {"batch": [64], "seqlen": [1024], "heads": [128]}
     path = tmp_path / "perf.yml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -136,7 +138,7 @@ def test_a_kernel_that_cannot_launch_on_mi300x_fails_the_build(tmp_path, monkeyp
                      "--config-name", "cdna3-bigN", "--dtype", "float16", "--jobs", "1", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 1
-    assert re.search(r"FAIL: \[shared_memory\] cdna3-bigN/float16/b64/s1024/split: shared memory 1\d{5} B "
+    assert re.search(r"FAIL: \[shared_memory\] cdna3-bigN/float16/h128/b64/s1024/split: shared memory 1\d{5} B "
                      r".* exceeds the gfx942 limit of 65536 B", out), out
     saved = json.loads((tmp_path / "build-hip-gfx942.json").read_text())
     assert {r["role"] for r in saved["kernels"]} == {"split", "combine", "no-split"}
@@ -149,13 +151,13 @@ def test_a_hopper_config_over_227_kb_fails_without_a_base():
                                   codegen_only=True, smem_limits=CFG.gate.shared_memory_limit)
     failed = [f for f in resources.evaluate_build(None, reports["cuda:sm_90a"], CFG) if f.failed]
     assert failed and all(f.rule == "shared_memory" for f in failed)
-    assert any("hopper-big/float16/b64/s1024/no-split: shared memory" in f.message and "232448 B" in f.message
+    assert any("hopper-big/float16/h128/b64/s1024/no-split: shared memory" in f.message and "232448 B" in f.message
                for f in failed)
 
 
 # -- resources.evaluate_build: each rule fails and passes ------------------------
 
-def _row(kernel="hopper/float16/b64/s4096/split", **kw):
+def _row(kernel="hopper/float16/h128/b64/s4096/split", **kw):
     row = {"kernel": kernel, "threads": 128, "registers": 128, "spill_stores": 0, "spill_loads": 0,
            "static_smem": 0, "dynamic_smem": 36864, "smem": 36864, "matrix": {"HGMMA": 40},
            "expected_matrix": "HGMMA", "wgmma_serialized": None, "error": None}
@@ -174,7 +176,7 @@ def _failed(base, head):
 def test_shared_memory_over_the_limit_fails_even_without_a_base():
     assert not _failed(None, _report(_row(smem=232448)))  # exactly 227 KB launches
     (f,) = _failed(None, _report(_row(smem=232449, static_smem=1025, dynamic_smem=231424)))
-    assert (f.rule, f.kernel) == ("shared_memory", "hopper/float16/b64/s4096/split")
+    assert (f.rule, f.kernel) == ("shared_memory", "hopper/float16/h128/b64/s4096/split")
     assert "232449 B (static 1025 + dynamic 231424) exceeds the sm_90 limit of 232448 B" in f.message
     (f,) = _failed(None, _report(_row(smem=65537), target="hip:gfx942", arch="gfx942"))
     assert "gfx942 limit of 65536 B" in f.message
@@ -255,3 +257,178 @@ def test_nvcc_compiles_a_hopper_kernel_and_reports_its_resources():
     assert rows["combine"]["matrix"]["HGMMA"] == 0 and rows["combine"]["smem"] == 0
     assert rep["toolchain"]["matrix_check"] in ("sass", "ptx")
     assert not [f for f in resources.evaluate_build(None, rep, CFG) if f.failed]
+
+
+# -- gfx942 with hipcc: clang's kernel-resource-usage remarks ----------------------
+
+# hipcc's stderr for tilelang's cdna3 programs, in clang's remark format: "<file>:<line>:<col>: remark: <label>:
+# <value> [-Rpass-analysis=kernel-resource-usage]", after the first remark the source line and caret clang prints
+# with it. Labels and order as ROCm's LLVM emits them (TotalSGPRs; Dynamic Stack; AGPRs on targets with MFMA).
+HIP_REMARKS = """\
+kernel.cc:41:1: remark: Function Name: main_split_kernel [-Rpass-analysis=kernel-resource-usage]
+   41 | extern "C" __global__ void __launch_bounds__(128) main_split_kernel(half_t* __restrict__ K) {
+      | ^
+kernel.cc:41:1: remark:     TotalSGPRs: 88 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     VGPRs: 256 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     AGPRs: 128 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     ScratchSize [bytes/lane]: 48 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     Dynamic Stack: False [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     Occupancy [waves/SIMD]: 1 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     SGPRs Spill: 0 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     VGPRs Spill: 12 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     LDS Size [bytes/block]: 0 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:230:1: remark: Function Name: main_split_kernel_1 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:230:1: remark:     TotalSGPRs: 30 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:230:1: remark:     VGPRs: 24 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:230:1: remark:     AGPRs: 0 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:230:1: remark:     ScratchSize [bytes/lane]: 0 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:230:1: remark:     Dynamic Stack: False [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:230:1: remark:     Occupancy [waves/SIMD]: 8 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:230:1: remark:     SGPRs Spill: 0 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:230:1: remark:     VGPRs Spill: 0 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:230:1: remark:     LDS Size [bytes/block]: 0 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark: Function Name: main_no_split_kernel [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     TotalSGPRs: 90 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     VGPRs: 246 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     AGPRs: 120 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     ScratchSize [bytes/lane]: 0 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     Dynamic Stack: False [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     Occupancy [waves/SIMD]: 1 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     SGPRs Spill: 0 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     VGPRs Spill: 0 [-Rpass-analysis=kernel-resource-usage]
+kernel.cc:41:1: remark:     LDS Size [bytes/block]: 0 [-Rpass-analysis=kernel-resource-usage]
+"""
+
+FAKE_HIPCC = """\
+import json, os, re, sys
+if "--version" in sys.argv:
+    print("HIP version: " + os.environ.get("FAKE_HIP_VERSION", "6.4.43482-0f2d60242"))
+    sys.exit(0)
+with open(os.environ["FAKE_HIPCC_LOG"], "a") as f:
+    f.write(json.dumps(sys.argv) + "\\n")
+open(sys.argv[sys.argv.index("-o") + 1], "wb").close()  # the code object: not read by mlagate build
+source, keep = open(sys.argv[-1]).read(), False
+for line in open(os.environ["FAKE_HIPCC_REMARKS"]).read().splitlines():  # the blocks of the kernels it defines
+    if m := re.search(r"Function Name: (\\w+)", line):
+        keep = f" {m.group(1)}(" in source
+    if keep:
+        sys.stderr.write(line.replace("kernel.cc", sys.argv[-1]) + "\\n")
+"""
+
+
+@pytest.fixture
+def fake_hipcc(tmp_path, monkeypatch):
+    """A hipcc on PATH that logs its argv, writes an empty code object and prints HIP_REMARKS' blocks."""
+    bin_dir = tmp_path / "rocm" / "bin"
+    bin_dir.mkdir(parents=True)
+    exe = bin_dir / "hipcc"
+    exe.write_text(f"#!{sys.executable}\n{FAKE_HIPCC}")
+    exe.chmod(0o755)
+    (tmp_path / "remarks.txt").write_text(HIP_REMARKS)
+    monkeypatch.delenv("ROCM_PATH", raising=False)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("FAKE_HIPCC_LOG", str(tmp_path / "argv.jsonl"))
+    monkeypatch.setenv("FAKE_HIPCC_REMARKS", str(tmp_path / "remarks.txt"))
+
+    def calls():
+        log = tmp_path / "argv.jsonl"
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    return calls
+
+
+@pytest.fixture(scope="module")
+def cdna3_lowered():
+    """The cdna3 programs of b64/s1024 fp16, lowered once for the tests below (lowering takes seconds)."""
+    jobs = build.plan_jobs("hip:gfx942", [m.CDNA3], [m.Shape(batch=64, seqlen=1024)])
+    return {j.plan(): build.lower_job(j) for j in jobs}
+
+
+def test_hip_remark_parser_reads_every_kernel():
+    """The remark format is AMDGPUAsmPrinter::emitResourceUsageRemarks' in LLVM's
+    llvm/lib/Target/AMDGPU/AMDGPUAsmPrinter.cpp: "Function Name: <kernel>", then one remark per
+    resource with a 4-space indent; upstream LLVM labels the SGPR line "SGPRs" (ROCm's "TotalSGPRs"),
+    prints AGPRs only on targets with MFMA and LDS Size only for kernels."""
+    got = build.parse_hip_remarks(HIP_REMARKS)
+    assert set(got) == {"main_split_kernel", "main_split_kernel_1", "main_no_split_kernel"}
+    assert got["main_split_kernel"] == {
+        "sgprs": 88, "vgprs": 256, "agprs": 128, "stack_frame": 48, "waves_per_simd": 1, "sgpr_spills": 0,
+        "vgpr_spills": 12, "static_smem": 0, "registers": 256 + 128, "spill_stores": 48, "spill_loads": None,
+        "wgmma_serialized": None}
+    assert got["main_no_split_kernel"]["registers"] == 248 + 120  # VGPRs aligned to 4, then AGPRs
+    upstream = ("k.cc:3:0: remark: Function Name: k [-Rpass-analysis=kernel-resource-usage]\n"
+                "k.cc:3:0: remark:     SGPRs: 13 [-Rpass-analysis=kernel-resource-usage]\n"
+                "k.cc:3:0: remark:     VGPRs: 10 [-Rpass-analysis=kernel-resource-usage]\n"
+                "k.cc:3:0: remark:     Occupancy [waves/SIMD]: k.occupancy [-Rpass-analysis=kernel-resource-usage]\n"
+                "k.cc:3:0: remark:     VGPRs Spill: 0 [-Rpass-analysis=kernel-resource-usage]\n")
+    assert build.parse_hip_remarks(upstream)["k"] == {
+        "sgprs": 13, "vgprs": 10, "agprs": 0, "registers": 10, "waves_per_simd": None, "vgpr_spills": 0,
+        "spill_stores": 0, "spill_loads": None, "static_smem": 0, "wgmma_serialized": None}
+    with pytest.raises(build.BuildError, match="k: hipcc printed no numeric 'VGPRs' remark"):
+        build.parse_hip_remarks(upstream.replace("VGPRs: 10", "VGPRs: k.num_vgpr"))
+
+
+def test_hipcc_runs_with_tilelangs_own_command(fake_hipcc, tmp_path, monkeypatch):
+    """tilelang 0.1.15 compiles HIP with tilelang.contrib.hipcc.compile_hip and the options of
+    tilelang/rocm/backend.py; build.compile_hip must run the same hipcc command line."""
+    from tilelang import tvm  # noqa: F401 - makes `tvm` importable
+    from tilelang.rocm.backend import tilelang_callback_hip_compile
+    from tvm.target import Target
+
+    tools, why = build.hip_toolchain()
+    assert why is None and tools["version"] == "6.4.43482-0f2d60242" and tools["hipcc"].endswith("rocm/bin/hipcc")
+    source = 'extern "C" __global__ void __launch_bounds__(128) main_split_kernel_1(float* x) {\n}\n'
+    got = build.compile_hip(source, "gfx942", tools)
+    assert got["main_split_kernel_1"]["registers"] == 24 and set(got) == {"main_split_kernel_1"}
+    with pytest.raises(RuntimeError, match="empty result"):  # tilelang reads the (empty) code object; we do not
+        tilelang_callback_hip_compile(source, Target({"kind": "hip", "mcpu": "gfx942"}))
+    ours, theirs = fake_hipcc()
+    assert ours[:-2] == theirs[:-2] and ours[-3] == "-o"  # the same hipcc, flags and order; temp paths differ
+    assert {"-O3", "--offload-arch=gfx942", "--genco", "-std=c++17", build.HIP_REMARK_FLAG} <= set(ours)
+    monkeypatch.setenv("FAKE_HIP_VERSION", "5.2.21153-0")  # Debian's ROCm 5.2 hipcc: no hip_bf16.h
+    assert build.hip_toolchain() == (None, f"{tools['hipcc']} is not usable (HIP version: 5.2.21153-0)")
+
+
+def test_where_hipcc_exists_gfx942_reports_registers_and_new_spills_fail(fake_hipcc, cdna3_lowered, monkeypatch):
+    monkeypatch.setattr(build, "lower_job", lambda job: cdna3_lowered[job.plan()])
+    reports = build.build_reports(["hip:gfx942"], {"hip:gfx942": [m.CDNA3]}, [m.Shape(batch=64, seqlen=1024)],
+                                  smem_limits=CFG.gate.shared_memory_limit)
+    findings = resources.evaluate_build(None, reports["hip:gfx942"], CFG)
+    assert not [f for f in findings if f.failed]  # spills without a base are a warning
+    out = "\n".join(report.build_lines(reports["hip:gfx942"], findings))
+    assert "warn: [spills] cdna3/float16/h128/b64/s1024/split: spills 48 B stores / n/a B loads (384 registers" in out
+    assert len(fake_hipcc()) == 2  # the split program (2 kernels) and the no-split program
+    rep = json.loads(json.dumps(reports["hip:gfx942"]))  # as saved
+    assert rep["toolchain"] == {"hipcc": "6.4.43482-0f2d60242", "matrix_check": "source"}
+    assert rep["source_level_only"] == ["MFMA instructions (call sites in the lowered source)"]
+    rows = {r["role"]: r for r in rep["kernels"]}
+    split = rows["split"]
+    assert (split["vgprs"], split["agprs"], split["sgprs"], split["registers"]) == (256, 128, 88, 384)
+    assert (split["spill_stores"], split["stack_frame"], split["waves_per_simd"]) == (48, 48, 1)
+    assert split["smem"] == split["dynamic_smem"] == 37888 and split["matrix"]["MFMA"] > 0
+    # 1 wave per SIMD x 4 SIMDs / 2 waves per block = 2 blocks by registers; 37888 B of LDS allow 1
+    assert (split["blocks_per_sm"], split["limited_by"]) == (1, "shared_memory")
+    assert rows["combine"]["blocks_per_sm"] == 16 and rows["no-split"]["spill_stores"] == 0
+    base = json.loads(json.dumps(rep))
+    next(r for r in base["kernels"] if r["role"] == "split")["spill_stores"] = 0
+    (f,) = [f for f in resources.evaluate_build(base, rep, CFG) if f.failed]
+    assert f.rule == "spills" and "spill stores 0 → 48 B, loads 0 → 0 B (registers 384 → 384; +48 B" in f.message
+    assert resources.occupancy("gfx942", 128, 384, 0, 65536, waves_per_simd=1)["limits"]["registers"] == 2
+    source_base = json.loads(json.dumps(base))
+    for r in source_base["kernels"]:
+        r.update(registers=None, spill_stores=None, waves_per_simd=None)
+    assert not [f for f in resources.evaluate_build(source_base, rep, CFG) if f.failed]  # no numbers to compare
+
+
+def test_without_hipcc_gfx942_stays_source_level_and_says_so(cdna3_lowered, tmp_path, monkeypatch):
+    monkeypatch.setattr(build, "lower_job", lambda job: cdna3_lowered[job.plan()])
+    monkeypatch.delenv("ROCM_PATH", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no hipcc here, as on the CPU runners
+    rep = build.build_reports(["hip:gfx942"], {"hip:gfx942": [m.CDNA3]}, [m.Shape(batch=64, seqlen=1024)],
+                              smem_limits=CFG.gate.shared_memory_limit)["hip:gfx942"]
+    assert rep["toolchain"] == {"compiler": None, "matrix_check": "source"}
+    assert rep["source_level_only"] == ["LDS bytes", "MFMA instructions", "launch bounds",
+                                        "blocks per CU from LDS and threads only (VGPRs, SGPRs and spills need "
+                                        "hipcc from ROCm >= 6: no hipcc found in $ROCM_PATH/bin or on PATH)"]
+    assert all(r["registers"] is None and r["spill_stores"] is None for r in rep["kernels"])
+    assert "Source level only: LDS bytes;" in report.build_markdown(rep, [])
