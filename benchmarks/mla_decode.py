@@ -1,4 +1,4 @@
-"""asv benchmarks: every implementation x batch x seqlen x dtype from perf.yml.
+"""asv benchmarks: every implementation x batch x seqlen x dtype x heads from perf.yml.
 
 TimeDecode holds latency with its samples: asv's ``timer`` is a device-event
 clock, so each sample is the kernel's GPU time with a cold cache, and two
@@ -25,10 +25,10 @@ class TimeDecode:
     warmup_time = suite.warmup_s
     timeout = 600
 
-    def setup(self, impl, batch, seqlen, dtype):
-        self.launch = suite.prepared(impl, batch, seqlen, dtype)
+    def setup(self, impl, batch, seqlen, dtype, heads):
+        self.launch = suite.prepared(impl, batch, seqlen, dtype, heads)
 
-    def time_decode(self, impl, batch, seqlen, dtype):
+    def time_decode(self, impl, batch, seqlen, dtype, heads):
         suite.clock.run(self.launch)
 
 
@@ -39,15 +39,15 @@ class Throughput:
     def setup_cache(self):
         return suite.measure_grid()
 
-    def setup(self, grid, impl, batch, seqlen, dtype):
-        suite.require_measured(grid, impl, batch, seqlen, dtype)
+    def setup(self, grid, impl, batch, seqlen, dtype, heads):
+        suite.require_measured(grid, impl, batch, seqlen, dtype, heads)
 
-    def track_tflops(self, grid, impl, batch, seqlen, dtype):
-        return suite.metric(grid, "tflops", impl, batch, seqlen, dtype)
+    def track_tflops(self, grid, impl, batch, seqlen, dtype, heads):
+        return suite.metric(grid, "tflops", impl, batch, seqlen, dtype, heads)
 
     track_tflops.unit = "TFLOPs"
 
-    def track_vendor_ratio(self, grid, impl, batch, seqlen, dtype):
-        return suite.metric(grid, "vendor_ratio", impl, batch, seqlen, dtype)
+    def track_vendor_ratio(self, grid, impl, batch, seqlen, dtype, heads):
+        return suite.metric(grid, "vendor_ratio", impl, batch, seqlen, dtype, heads)
 
     track_vendor_ratio.unit = "x vendor"

@@ -91,6 +91,11 @@ CONFIGS = {c.name: c for c in (CDNA3, HOPPER)}
 
 # Streaming multiprocessors / compute units, for the "fill the device" split rule.
 SM_COUNT = {"sm_90": 132, "sm_90a": 132, "gfx942": 304}
+# Threads per warp (NVIDIA) or wavefront (CDNA).
+WARP_SIZE = {"gfx942": 64}
+# A register-resident score tile gives each warp 16 rows of the head block (one MFMA/MMA row tile):
+# more warps than block_H / 16 leave a warp without rows, which TileLang cannot lay out.
+ROWS_PER_WARP = 16
 ARCH_CONFIG = {"gfx942": "cdna3", "sm_90": "hopper", "sm_90a": "hopper"}
 
 
@@ -126,25 +131,38 @@ class Plan:
     num_split: int  # splits that hold at least one token
     split_len: int  # tokens per split, a multiple of block_N
     block_H: int  # the config's head block, or all heads when there are fewer
+    threads: int  # the config's threads, fewer where a small head block cannot feed them all
 
     @property
     def masked(self) -> bool:
         return self.num_split * self.split_len != self.shape.seqlen
 
 
-def plan(shape: Shape, config: TileConfig, sm_count: int) -> Plan:
+def threads_for(config: TileConfig, block_H: int, arch: str) -> int:
+    """The config's threads, capped for register-resident scores at one warp per
+    16 rows of the head block (TP8's 16 heads: one warp on sm_90, one wavefront on gfx942)."""
+    if config.operands_in_shared:
+        return config.threads
+    warp = WARP_SIZE.get(arch.split(":")[0], 32)
+    return min(config.threads, max(1, block_H // ROWS_PER_WARP) * warp)
+
+
+def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = None) -> Plan:
+    """What one launch does on ``arch``; ``sm_count`` defaults to the arch's known count."""
     shape.check()
     config.check()
     block_H = min(config.block_H, shape.heads)
     if shape.heads % block_H:
         raise ValueError(f"heads ({shape.heads}) must be a multiple of the head block "
                          f"block_H={config.block_H} (config {config.name})")
+    base = arch.split(":")[0]
+    sm_count = sm_count or SM_COUNT.get(base, 132)
     requested = resolve_num_split(shape, config, sm_count)
     per_split = math.ceil(shape.seqlen / requested)
     split_len = math.ceil(per_split / config.block_N) * config.block_N
     # Drop splits that would start past the end: an empty split has no softmax.
     num_split = math.ceil(shape.seqlen / split_len)
-    return Plan(shape, config, num_split, split_len, block_H)
+    return Plan(shape, config, num_split, split_len, block_H, threads_for(config, block_H, base))
 
 
 def program(p: Plan):
@@ -220,7 +238,7 @@ def program(p: Plan):
             Output: T.Tensor([batch, heads, dim], dtype),
             Lse: T.Tensor([batch, heads], accum),
     ):
-        with T.Kernel(batch, head_blocks, num_split, threads=c.threads) as (bx, by, bz):
+        with T.Kernel(batch, head_blocks, num_split, threads=p.threads) as (bx, by, bz):
             acc_o = T.alloc_fragment([block_H, dim], accum)
             logsum = T.alloc_fragment([block_H], accum)
             scores_max = T.alloc_fragment([block_H], accum)
@@ -261,7 +279,7 @@ def program(p: Plan):
             Output: T.Tensor([batch, heads, dim], dtype),
             Lse: T.Tensor([batch, heads], accum),
     ):
-        with T.Kernel(batch, head_blocks, threads=c.threads) as (bx, by):
+        with T.Kernel(batch, head_blocks, threads=p.threads) as (bx, by):
             acc_o = T.alloc_fragment([block_H, dim], accum)
             logsum = T.alloc_fragment([block_H], accum)
             scores_max = T.alloc_fragment([block_H], accum)
@@ -305,7 +323,7 @@ def lowered(p: Plan, arch: str):
 
 def plan_for_arch(shape: Shape, config: TileConfig, arch: str) -> Plan:
     """The plan on an arch's SM/CU count, without a GPU (codegen and build reports)."""
-    return plan(shape, config, SM_COUNT.get(arch.split(":")[0], 132))
+    return plan(shape, config, arch)
 
 
 def lower(shape: Shape, config: TileConfig, arch: str) -> str:
@@ -328,7 +346,7 @@ class CompiledDecode:
     """A compiled kernel for one (shape, config), with its workspace."""
 
     def __init__(self, shape: Shape, config: TileConfig, arch: str, sm_count: int):
-        self.plan = plan(shape, config, sm_count)
+        self.plan = plan(shape, config, arch, sm_count)
         self.arch = arch
         self.kernel = tilelang.compile(program(self.plan), target=target_for(arch), pass_configs=PASS_CONFIGS)
         self._workspace = {}
@@ -369,6 +387,16 @@ def compiled(shape: Shape, config: TileConfig, device=None) -> CompiledDecode:
         sms = torch.cuda.get_device_properties(device).multi_processor_count
         _compiled[key] = CompiledDecode(shape, config, arch, sms)
     return _compiled[key]
+
+
+def check_device(named: dict) -> None:
+    """Every input on one GPU (torch calls ROCm's devices "cuda" too)."""
+    q = named["q"]
+    for name, t in named.items():
+        if t.device.type != "cuda":
+            raise ValueError(f"{name}: must be on a GPU (cuda or hip) device, got {t.device}")
+        if t.device != q.device:
+            raise ValueError(f"{name}: on {t.device}, but q is on {q.device}; all inputs must share one device")
 
 
 def check_inputs(q, q_pe, kv, k_pe) -> Shape:
@@ -415,11 +443,7 @@ def check_inputs(q, q_pe, kv, k_pe) -> Shape:
     for name in ("q", "q_pe"):
         if not bool(torch.isfinite(named[name]).all()):
             raise ValueError(f"{name}: contains NaN or Inf")
-    for name, t in named.items():
-        if t.device.type != "cuda":
-            raise ValueError(f"{name}: must be on a GPU (cuda or hip) device, got {t.device}")
-        if t.device != q.device:
-            raise ValueError(f"{name}: on {t.device}, but q is on {q.device}; all inputs must share one device")
+    check_device(named)
     dtype = "float16" if q.dtype == torch.float16 else "bfloat16"
     shape = Shape(batch=batch, seqlen=seqlen, heads=heads, dtype=dtype, dim=dim, pe_dim=pe_dim)
     shape.check()

@@ -6,7 +6,8 @@ import math
 import os
 
 from mlagate import config as config_mod
-from mlagate.measure import EventClock, platform
+from mlagate.measure import EventClock, device, platform
+from mlagate.store import PARAM_NAMES
 
 CONFIG = config_mod.load(os.environ.get("MLAGATE_CONFIG"))
 _timing = CONFIG.timing
@@ -31,8 +32,7 @@ def _env_list(name, default):
 def cases():
     grid = os.environ.get("MLAGATE_GRID", "full")
     impls = _env_list("MLAGATE_IMPLS", CONFIG.implementations)
-    dtypes = _env_list("MLAGATE_DTYPES", CONFIG.grid.dtypes)
-    return CONFIG.grid.cases(grid, impls, dtypes)
+    return CONFIG.cases(grid, impls, platform(), _env_list("MLAGATE_DTYPES", ()))
 
 
 def params():
@@ -43,21 +43,19 @@ def params():
         return list(dict.fromkeys(values))
 
     return ([unique(c.impl for c in cs), unique(c.batch for c in cs), unique(c.seqlen for c in cs),
-             unique(c.dtype for c in cs)], ["impl", "batch", "seqlen", "dtype"])
+             unique(c.dtype for c in cs), unique(c.heads for c in cs)], list(PARAM_NAMES))
 
 
 @functools.lru_cache(maxsize=None)
-def _inputs(batch, seqlen, dtype):
-    import torch
-
+def _inputs(batch, seqlen, dtype, heads):
     from mlagate.harness import Inputs
 
-    case = config_mod.Case("", batch, seqlen, dtype, CONFIG.grid.heads)
-    return Inputs(case, torch.device("cuda", torch.cuda.current_device()))
+    case = config_mod.Case("", batch, seqlen, dtype, heads)
+    return Inputs(case, device())
 
 
 @functools.lru_cache(maxsize=None)
-def prepared(impl, batch, seqlen, dtype):
+def prepared(impl, batch, seqlen, dtype, heads):
     """A checked, zero-argument launch (cached: asv re-runs setup per sample)."""
     import torch
 
@@ -66,15 +64,15 @@ def prepared(impl, batch, seqlen, dtype):
 
     if not torch.cuda.is_available():
         raise NotImplementedError("no CUDA or ROCm GPU is visible to torch")
-    inputs = _inputs(batch, seqlen, dtype)
+    if config_mod.Case(impl, batch, seqlen, dtype, heads) not in cases():  # asv runs the whole product
+        raise NotImplementedError("not in this run's grid (e.g. a head count the vendor kernel lacks)")
+    inputs = _inputs(batch, seqlen, dtype, heads)
     try:  # WrongResult propagates and fails the benchmark: never timed
         return checked_launch(impl, inputs, inputs.tensors[0].device)[0]
     except impls.Unavailable as e:
         raise NotImplementedError(str(e)) from None
 
 
-def _key(impl, batch, seqlen, dtype):
-    return f"{impl}|{batch}|{seqlen}|{dtype}"
 
 
 def measure_grid() -> dict:
@@ -86,20 +84,20 @@ def measure_grid() -> dict:
     if not torch.cuda.is_available():
         return {}
     rows = bench.add_metrics(bench.run_cases(cases(), CONFIG.timing), vendor=CONFIG.platform(platform()).vendor)
-    return {_key(r["impl"], r["batch"], r["seqlen"], r["dtype"]): r for r in rows}
+    return {tuple(r[n] for n in PARAM_NAMES): r for r in rows}
 
 
-def require_measured(grid, impl, batch, seqlen, dtype):
-    row = grid.get(_key(impl, batch, seqlen, dtype))
+def require_measured(grid, *key):
+    row = grid.get(key)
     if row is None:
         raise NotImplementedError("not measured (no GPU, or not in this run's grid)")
     if row["status"] == "skipped":
         raise NotImplementedError(row["reason"])
     if row["status"] == "failed":
-        raise RuntimeError(f"{impl} b={batch} s={seqlen} {dtype} failed: {row['reason']}")
+        raise RuntimeError(f"{config_mod.case_label(key)} failed: {row['reason']}")
 
 
-def metric(grid, name, impl, batch, seqlen, dtype) -> float:
+def metric(grid, name, *key) -> float:
     """The metric, or NaN where it does not exist (no vendor in this run): never 0."""
-    value = grid[_key(impl, batch, seqlen, dtype)].get(name)
+    value = grid[key].get(name)
     return math.nan if value is None else value

@@ -25,17 +25,29 @@ CUDA_FAULT_EXIT = 3
 def estimated_cost(case: Case) -> float:
     """Relative run time of a case, for longest-first scheduling."""
     slow = {"torch": 4.0, "tilelang-cdna3": 3.0}.get(case.impl, 1.0)
-    return case.batch * case.seqlen * slow + 5e5  # + fixed setup cost per case
+    return case.batch * case.seqlen * (case.heads / 128) * slow + 5e5  # + fixed setup cost per case
+
+
+def point(case) -> tuple:
+    """A grid point: what every implementation of one problem shares (a Case or an outcome row)."""
+    if isinstance(case, dict):
+        return case["batch"], case["seqlen"], case["dtype"], case["heads"]
+    return case.batch, case.seqlen, case.dtype, case.heads
 
 
 def shard(cases, n_gpus: int) -> list:
-    """Longest-processing-time-first: each case to the least-loaded GPU."""
+    """Longest-processing-time-first by grid point: all implementations of a point to the
+    least-loaded GPU, so every vendor ratio divides two measurements of one GPU."""
+    groups = {}
+    for index, case in enumerate(cases):
+        groups.setdefault(point(case), []).append(index)
     loads = [0.0] * n_gpus
     shards = [[] for _ in range(n_gpus)]
-    for index, case in sorted(enumerate(cases), key=lambda ic: -estimated_cost(ic[1])):
+    cost = {p: sum(estimated_cost(cases[i]) for i in members) for p, members in groups.items()}
+    for p in sorted(groups, key=lambda p: -cost[p]):
         gpu = loads.index(min(loads))
-        shards[gpu].append(index)
-        loads[gpu] += estimated_cost(case)
+        shards[gpu] += groups[p]
+        loads[gpu] += cost[p]
     return [sorted(s) for s in shards]
 
 
@@ -44,11 +56,46 @@ def _failed(case: Case, reason: str) -> dict:
             "status": "failed", "reason": reason, "samples": None, "error": {}}
 
 
+def worker_visible_env(parent_env: dict, index: int) -> dict:
+    """The visible-device variables for the worker of torch index ``index``: the
+    ``index``-th entry (an integer or a UUID) of each list the parent has set, so a
+    container given HIP_VISIBLE_DEVICES=3 times GPU 3; nothing set: the bare index.
+    ROCR_VISIBLE_DEVICES is narrowed only when neither HIP_ nor CUDA_ is set."""
+    # ROCR_ masks first, HIP_ (else CUDA_) indexes what it leaves: gpuopen.com/learn/amd-lab-notes (affinity, part 2)
+    names = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+    lists = {n: parent_env[n] for n in names if parent_env.get(n) is not None}
+    if not lists:
+        return {"CUDA_VISIBLE_DEVICES": str(index), "HIP_VISIBLE_DEVICES": str(index)}
+    if "HIP_VISIBLE_DEVICES" in lists or "CUDA_VISIBLE_DEVICES" in lists:
+        lists.pop("ROCR_VISIBLE_DEVICES", None)  # kept whole: the HIP-level list indexes into it
+    out = {}
+    for name, text in lists.items():
+        entries = [e.strip() for e in text.split(",")] if text.strip() else []
+        if not 0 <= index < len(entries):
+            raise ValueError(f"GPU {index}: {name}={text!r} lists {len(entries)} device(s) (indices 0.."
+                             f"{len(entries) - 1}); --gpus counts the devices the parent sees")
+        out[name] = entries[index]
+    return out
+
+
 def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
     """Feed ``indices`` of ``cases`` to worker processes pinned to ``gpu`` until all are done."""
+
+    def fail(failed, reason):
+        for i in failed:
+            outcome = {**_failed(cases[i], reason), "gpu": gpu}
+            with lock:
+                results[i] = outcome
+            if on_result:
+                on_result(outcome)
+
     env = dict(os.environ)
     if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = str(gpu)
+        try:
+            env.update(worker_visible_env(os.environ, gpu))
+        except ValueError as e:
+            fail(indices, str(e))
+            return
     remaining = list(indices)
     while remaining:
         job = {"timing": asdict(timing), "cases": [[i, asdict(cases[i])] for i in remaining]}
@@ -57,11 +104,19 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
             # a commit's benchmarks from a worktree; the cwd's checkout may be another commit).
             proc = subprocess.Popen([python, "-m", "mlagate.bench"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=stderr, text=True, env=env, cwd=ROOT)
-            proc.stdin.write(json.dumps(job))
-            proc.stdin.close()
+            try:
+                proc.stdin.write(json.dumps(job))
+                proc.stdin.close()
+                read_job = True
+            except BrokenPipeError:  # it exited before reading its job: it never started
+                read_job = False
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
             current = None
             for line in proc.stdout:
-                if not line.startswith(MARK):
+                if not line.startswith(MARK) or not read_job:
                     continue
                 msg = json.loads(line[len(MARK):])
                 if msg["event"] == "start":
@@ -77,16 +132,10 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
             stderr.seek(0)
             tail = stderr.read()[-1500:].strip()
         if current is not None:  # the worker died inside this case
-            outcome = _failed(cases[current], f"worker exited with code {code} during this case: {tail}")
-            outcome["gpu"] = gpu
-            with lock:
-                results[current] = outcome
-            if on_result:
-                on_result(outcome)
+            fail([current], f"worker exited with code {code} during this case: {tail}")
         done = [i for i in remaining if i in results]
         if not done and current is None:  # died before any case: do not loop forever
-            for i in remaining:
-                results[i] = {**_failed(cases[i], f"worker failed to start (code {code}): {tail}"), "gpu": gpu}
+            fail(remaining, f"worker failed to start (code {code}): {tail}")
         remaining = [i for i in remaining if i not in results]
 
 
@@ -122,16 +171,16 @@ def add_metrics(rows, *, peaks=None, vendor: str | None = None) -> list:
             if peaks:
                 row["roofline"] = metrics.roofline_fraction(work, traffic, s["median"], peaks.tflops, peaks.tbps)
         out.append(row)
-    if vendor:
-        best = {(r["batch"], r["seqlen"], r["dtype"]): r.get("tflops") for r in out if r["impl"] == vendor}
+    if vendor:  # same point, same dtype, same GPU
+        best = {(point(r), r.get("gpu")): r.get("tflops") for r in out if r["impl"] == vendor}
         for r in out:
-            v = best.get((r["batch"], r["seqlen"], r["dtype"]))
+            v = best.get((point(r), r.get("gpu")))
             if r.get("tflops") and v:
                 r["vendor_ratio"] = r["tflops"] / v
     return out
 
 
-CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "status", "median_ms", "iqr_ms", "n", "tflops", "gbps",
+CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "heads", "status", "median_ms", "iqr_ms", "n", "tflops", "gbps",
               "roofline", "vendor_ratio", "gpu", "reason")
 
 
@@ -150,10 +199,11 @@ def _worker():
     import torch
 
     from mlagate.harness import Inputs, measure_case, shape_of
+    from mlagate.measure import device as gpu
 
     job = json.load(sys.stdin)
     timing = Timing(**job["timing"])
-    device = torch.device("cuda", 0)
+    device = gpu()
     inputs = None
     for index, fields in job["cases"]:
         case = Case(**fields)

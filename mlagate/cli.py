@@ -34,7 +34,8 @@ def cmd_bench(args, cfg) -> int:
     for name in impls:
         if name not in cfg.implementations:
             raise config_mod.ConfigError(f"--impl {name}: not in implementations ({', '.join(cfg.implementations)})")
-    cases = cfg.grid.cases(args.grid, impls, args.dtype)
+    platform = measure.platform()
+    cases = cfg.cases(args.grid, impls, platform, args.dtype)
     gpus = parse_gpus(args.gpus)
     env_start = measure.environment()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -47,7 +48,6 @@ def cmd_bench(args, cfg) -> int:
 
         rows = bench.run_cases(cases, cfg.timing, gpus=gpus, on_result=on_result)
     env = {"start": env_start, "end": measure.environment(), "config_digest": cfg.digest}
-    platform = env_start["platform"]
     rows = bench.add_metrics(rows, peaks=cfg.peaks(env_start.get("arch")),
                              vendor=cfg.platform(platform).vendor)
     _console().print(report.bench_table(rows, vendor=cfg.platform(platform).vendor))
@@ -117,7 +117,10 @@ def cmd_calibrate(args, cfg) -> int:
 
 
 def parse_gpus(text):
-    """'all', a count ('4') or a list ('0,2,3') -> GPU indices; None for one GPU as visible."""
+    """'all', a count ('4') or a list ('0,2,3') -> GPU indices as torch numbers them (within the
+    parent's CUDA_/HIP_/ROCR_VISIBLE_DEVICES); None for one GPU as visible."""
+    from mlagate.bench import worker_visible_env
+
     if not text:
         return None
     if text == "all" or text.isdigit():
@@ -127,11 +130,15 @@ def parse_gpus(text):
         wanted = available if text == "all" else int(text)
         if wanted < 1 or wanted > available:
             raise ValueError(f"--gpus {text}: {available} GPU(s) visible")
-        return list(range(wanted))
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError:
-        raise ValueError(f"--gpus must be 'all', a count or a comma-separated list, got {text!r}") from None
+        gpus = list(range(wanted))
+    else:
+        try:
+            gpus = [int(x) for x in text.split(",")]
+        except ValueError:
+            raise ValueError(f"--gpus must be 'all', a count or a comma-separated list, got {text!r}") from None
+    for gpu in gpus:  # an index past a visible-devices list: error now, not one failed case per worker
+        worker_visible_env(os.environ, gpu)
+    return gpus
 
 
 def main(argv=None) -> int:
@@ -142,7 +149,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("bench", help="measure the grid and print a table")
     p.add_argument("--grid", default="quick", choices=("quick", "full"))
     p.add_argument("--impl", action="append", help="implementation (repeatable; default: all in perf.yml)")
-    p.add_argument("--dtype", action="append", choices=config_mod.DTYPES, help="dtype (repeatable)")
+    p.add_argument("--dtype", action="append", choices=config_mod.DTYPES,
+                   help="dtype (repeatable; default: the platform's dtypes in perf.yml)")
     p.add_argument("--gpus", default=None, help="'all', N, or a list like 0,2: one worker per GPU")
     p.add_argument("--out", default=None, help="write JSON (raw samples) here and CSV beside it")
     p.set_defaults(func=cmd_bench)

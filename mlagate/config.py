@@ -12,6 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent  # the checkout this mlagate is im
 DEFAULT_PATH = ROOT / "perf.yml"
 PLATFORMS = ("rocm", "cuda")
 DTYPES = ("float16", "bfloat16")
+# Query heads per GPU: DeepSeek's 128 under tensor parallelism 8, 4, 2 and 1.
+HEADS = (16, 32, 64, 128)
 KNOWN_IMPLS = ("tilelang-hopper", "tilelang-cdna3", "flash_mla", "flashinfer", "aiter", "triton", "torch")
 
 
@@ -29,31 +31,36 @@ class Case:
 
     @property
     def key(self) -> tuple:
-        """Identity of a case across commits (impl, batch, seqlen, dtype)."""
-        return (self.impl, self.batch, self.seqlen, self.dtype)
+        """Identity of a case across commits (impl, batch, seqlen, dtype, heads)."""
+        return (self.impl, self.batch, self.seqlen, self.dtype, self.heads)
 
     def label(self) -> str:
-        return f"{self.impl} b={self.batch} s={self.seqlen} {self.dtype}"
+        return case_label(self.key)
+
+
+def case_label(key: tuple) -> str:
+    impl, batch, seqlen, dtype, heads = key
+    return f"{impl} h={heads} b={batch} s={seqlen} {dtype}"
 
 
 @dataclass(frozen=True)
 class Grid:
-    heads: int
-    dtypes: tuple
-    sizes: dict  # name -> (batches, seqlens)
+    sizes: dict  # name -> (batches, seqlens, heads)
 
-    def cases(self, name: str, impls, dtypes=None) -> list:
+    def cases(self, name: str, impls, dtypes) -> list:
         if name not in self.sizes:
             raise ConfigError(f"grid.{name}: no such grid; known: {sorted(self.sizes)}")
-        batches, seqlens = self.sizes[name]
-        return [Case(impl, b, s, d, self.heads)
-                for impl, d, b, s in itertools.product(impls, dtypes or self.dtypes, batches, seqlens)]
+        batches, seqlens, heads = self.sizes[name]
+        return [Case(impl, b, s, d, h)
+                for impl, d, h, b, s in itertools.product(impls, dtypes, heads, batches, seqlens)]
 
 
 @dataclass(frozen=True)
 class Platform:
     vendor: str
     tilelang: str
+    dtypes: tuple  # what the gate measures here: dtypes the vendor kernel takes, so every ratio exists
+    vendor_heads: tuple  # head counts the vendor kernel has; elsewhere no ratio exists, by declaration
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,13 @@ class Config:
             raise ConfigError(f"platforms.{name}: not configured")
         return self.platforms[name]
 
+    def cases(self, grid: str, impls, platform: str, dtypes=None) -> list:
+        """The grid's cases on a platform, at its dtypes unless given; the vendor kernel only
+        at the head counts it has."""
+        p = self.platform(platform)
+        return [c for c in self.grid.cases(grid, impls, dtypes or p.dtypes)
+                if c.impl != p.vendor or c.heads in p.vendor_heads]
+
     def peaks(self, arch: str | None):
         """The roofline peaks of an arch ("sm_90a" reads sm_90's), or None."""
         return self.roofline.get((arch or "").rstrip("a"))
@@ -148,13 +162,17 @@ class _Reader:
             raise ConfigError(f"{self._key(key)}: must be <= {maximum}, got {value!r}")
         return value
 
-    def int_list(self, key, minimum=1):
+    def int_list(self, key, minimum=1, choices=None):
         values = self.data.get(key)
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{self._key(key)}: must be a non-empty list, got {values!r}")
         for v in values:
             if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
                 raise ConfigError(f"{self._key(key)}: every entry must be an integer >= {minimum}, got {v!r}")
+            if choices and v not in choices:
+                raise ConfigError(f"{self._key(key)}: {v} is not one of {', '.join(map(str, choices))}")
+        if len(set(values)) != len(values):
+            raise ConfigError(f"{self._key(key)}: entries must be unique, got {values!r}")
         return tuple(values)
 
     def choice_list(self, key, choices):
@@ -176,25 +194,25 @@ def parse(data) -> Config:
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown key (allowed: {', '.join(top_keys)})")
 
-    g = top.section("grid", ("heads", "dtypes", "quick", "full"))
+    g = top.section("grid", ("quick", "full"))
     sizes = {}
     for name in ("quick", "full"):
-        s = g.section(name, ("batch", "seqlen"))
-        sizes[name] = (s.int_list("batch"), s.int_list("seqlen"))
-    heads = g.get("heads", int, minimum=16, maximum=128)
-    grid = Grid(heads=heads, dtypes=g.choice_list("dtypes", DTYPES), sizes=sizes)
+        s = g.section(name, ("batch", "seqlen", "heads"))
+        sizes[name] = (s.int_list("batch"), s.int_list("seqlen"), s.int_list("heads", choices=HEADS))
+    grid = Grid(sizes=sizes)
 
     impls = top.choice_list("implementations", KNOWN_IMPLS)
 
     p = top.section("platforms", PLATFORMS)
     platforms = {}
     for name in PLATFORMS:
-        s = p.section(name, ("vendor", "tilelang"))
+        s = p.section(name, ("vendor", "tilelang", "dtypes", "vendor_heads"))
         vendor, tilelang = s.get("vendor", str), s.get("tilelang", str)
         for key, value in (("vendor", vendor), ("tilelang", tilelang)):
             if value not in impls:
                 raise ConfigError(f"platforms.{name}.{key}: {value!r} is not in implementations")
-        platforms[name] = Platform(vendor, tilelang)
+        platforms[name] = Platform(vendor, tilelang, s.choice_list("dtypes", DTYPES),
+                                   s.int_list("vendor_heads", choices=HEADS))
 
     t = top.section("timing", ("warmup_ms", "rep_ms", "min_samples", "max_samples", "cold_l2", "cuda_graph", "asv"))
     a = t.section("asv", ("rep_ms", "max_samples"))

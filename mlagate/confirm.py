@@ -16,7 +16,7 @@ import torch
 from mlagate.config import Case, Timing
 from mlagate.harness import Inputs, check_output
 from mlagate.impls import TILELANG_PREFIX
-from mlagate.measure import time_gpu
+from mlagate.measure import device as gpu, time_gpu
 from mlagate.recorder import git
 
 KERNEL_FILE = "kernels/mla_decode.py"
@@ -62,7 +62,7 @@ def _launch(module, case: Case, inputs: Inputs):
 def interleaved(cases, repo, base_commit, head_commit, timing: Timing, rounds: int) -> dict:
     """{case key: (base samples, head samples)} in seconds, for TileLang cases."""
     base_mod, head_mod = kernel_module_at(repo, base_commit), kernel_module_at(repo, head_commit)
-    device = torch.device("cuda", torch.cuda.current_device())
+    device = gpu()
     per_round_ms = max(timing.rep_ms / 2, 20.0)
     results = {}
     for case in cases:

@@ -14,7 +14,7 @@ error: the gate never passes by default.
 from dataclasses import dataclass, field
 
 from mlagate import stats
-from mlagate.config import Config
+from mlagate.config import Config, Platform, case_label
 from mlagate.store import BENCH_RATIO, BENCH_TIME, CommitResults, ok_value
 
 PASS, REGRESSION, ERROR = "pass", "regression", "error"
@@ -23,7 +23,7 @@ EXIT = {PASS: 0, REGRESSION: 1, ERROR: 2}
 
 @dataclass
 class CaseVerdict:
-    case: tuple  # (impl, batch, seqlen, dtype)
+    case: tuple  # (impl, batch, seqlen, dtype, heads)
     status: str  # pass | regression | error | no_baseline | removed | skipped
     reasons: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
@@ -40,8 +40,7 @@ class CaseVerdict:
 
     @property
     def label(self) -> str:
-        impl, batch, seqlen, dtype = self.case
-        return f"{impl} b={batch} s={seqlen} {dtype}"
+        return case_label(self.case)
 
 
 @dataclass
@@ -96,10 +95,18 @@ def _latency(cv: CaseVerdict, base, head, cfg: Config):
                           f"at p < {g.alpha})")
 
 
-def _ratio(cv: CaseVerdict, base_ratio, head_ratio, rule):
+def _ratio(cv: CaseVerdict, base_ratio, head_ratio, rule, platform: Platform):
     cv.vendor_ratio = head_ratio
     cv.base_vendor_ratio = base_ratio
-    if head_ratio is None:
+    vendor, heads = platform.vendor, cv.case[4]
+    if heads not in platform.vendor_heads:
+        cv.warnings.append(f"no vendor ratio: {vendor} has no {heads}-head kernel (perf.yml vendor_heads "
+                           f"{list(platform.vendor_heads)}); gated on latency alone")
+        return
+    if head_ratio is None:  # a gated case the vendor rules cannot judge must not pass
+        cv.status = ERROR
+        cv.reasons.append(f"no vendor ratio in the head results: {vendor} was not measured at this point "
+                          f"(skipped, failed, or its dtype is not one {vendor} takes)")
         return
     if head_ratio < rule.floor:
         cv.below_floor = True
@@ -158,7 +165,6 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
     if not keys:
         verdict.errors.append(f"no gated cases ({', '.join(g.gated)}) in either result")
 
-    ratio_seen = False
     for key in keys:
         cv = CaseVerdict(key, PASS)
         b, h = base_t.get(key), head_t.get(key)
@@ -179,9 +185,8 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
             if cv.status != ERROR:
                 _drift(cv, history, cfg)
         if key[0] == tilelang and cv.status in (PASS, "no_baseline"):
-            head_ratio = ok_value(head.entries(BENCH_RATIO).get(key))
-            ratio_seen |= head_ratio is not None
-            _ratio(cv, ok_value(base.entries(BENCH_RATIO).get(key)), head_ratio, rule)
+            _ratio(cv, ok_value(base.entries(BENCH_RATIO).get(key)), ok_value(head.entries(BENCH_RATIO).get(key)),
+                   rule, cfg.platform(platform))
         if cv.flagged and cv.status == PASS:
             confirmation = (confirmations or {}).get(key)
             if confirmation is not None:
@@ -198,9 +203,6 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
             cv.status = REGRESSION
         verdict.cases.append(cv)
 
-    if any(k[0] == tilelang for k in keys) and not ratio_seen:
-        verdict.errors.append(f"no vendor ratio for {tilelang} in the head results: was the vendor kernel "
-                              f"'{cfg.platform(platform).vendor}' measured?")
     statuses = {c.status for c in verdict.cases}
     if verdict.errors or ERROR in statuses:
         verdict.outcome = ERROR

@@ -9,7 +9,7 @@ from pathlib import Path
 from mlagate import decide, report, resources
 from mlagate.config import Case, Config
 from mlagate.recorder import REPO, git, resolve
-from mlagate.store import BENCH_TFLOPS, GateError, Store, StoreError
+from mlagate.store import GateError, Store, StoreError
 
 @dataclass
 class GateOutput:
@@ -80,7 +80,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     if confirm and flagged:
         from mlagate import confirm as confirm_mod
 
-        cases = [Case(*c.case, heads=cfg.grid.heads) for c in flagged]
+        cases = [Case(*c.case) for c in flagged]
         echo(f"confirming {len(cases)} flagged case(s) with an interleaved base/head re-measure")
         confirmations = confirm_mod.interleaved(cases, REPO, base_commit, head_commit, cfg.timing,
                                                 cfg.gate.confirm_rounds)
@@ -91,7 +91,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
                                 "on the GPU host to rule out run-to-run noise)")
     decide.add_build_findings(verdict, build_findings(store, machine, base_commit, head_commit, cfg, verdict.warnings))
     verdict.warnings += [f"skipped unreadable results: {p}" for p in store.problems]
-    return write_outputs(verdict, loaded["head"], out_dir, vendor=cfg.platform(platform).vendor)
+    return write_outputs(verdict, loaded["head"], out_dir, cfg, arch=(env.get("start") or {}).get("arch"))
 
 
 def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config, warnings: list) -> list:
@@ -109,11 +109,16 @@ def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config
     return found
 
 
-def write_outputs(verdict, head, out_dir: Path, vendor: str) -> GateOutput:
+def write_outputs(verdict, head, out_dir: Path, cfg: Config, arch: str | None) -> GateOutput:
+    from mlagate.publish import commit_rows, tflops_png
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    points = [(k[0], k[1], k[2], k[3], e.value) for k, e in head.entries(BENCH_TFLOPS).items() if e.status == "ok"]
-    plot = report.tflops_plot(points, out_dir / "tflops.png") if points else None
-    markdown = report.gate_markdown(verdict, plot="tflops.png" if plot else None, vendor=vendor)
+    rows = [r for r in commit_rows(head) if r["tflops"] is not None]
+    plot = out_dir / "tflops.png" if rows else None
+    if plot:
+        tflops_png(plot, cfg, rows, arch)
+    markdown = report.gate_markdown(verdict, plot="tflops.png" if plot else None,
+                                    vendor=cfg.platform(verdict.platform).vendor)
     files = {"markdown": out_dir / "gate.md", "json": out_dir / "verdict.json"}
     files["markdown"].write_text(markdown)
     files["json"].write_text(json.dumps(report.verdict_dict(verdict), indent=1, default=str))

@@ -235,6 +235,13 @@ def _version(module: str) -> str | None:
     return getattr(mod, "__version__", "unknown")
 
 
+def device():
+    """The GPU this process measures on: torch's current device (one per worker process)."""
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 def platform() -> str:
     """'rocm' or 'cuda': which kind of torch build this is."""
     import torch

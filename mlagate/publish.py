@@ -9,6 +9,7 @@ and the hardware and software of the runs. It reads the store; it measures nothi
 """
 
 import html
+import itertools
 import json
 import math
 import os
@@ -21,7 +22,8 @@ from urllib.parse import quote
 
 from mlagate import metrics, recorder
 from mlagate.report import pyplot
-from mlagate.store import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, PARAM_NAMES, Store, StoreError, ok_value, results_root
+from mlagate.store import (BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, LEGACY_HEADS, PARAM_NAMES, Store, StoreError,
+                           ok_value, results_root)
 
 PORT = 8080  # documented in docs/report.md: `python -m http.server 8080 --directory OUT`
 
@@ -142,7 +144,7 @@ def bench_rows(path) -> tuple:
     try:
         data = json.loads(Path(path).read_text())
         rows = [{"impl": r["impl"], "batch": r["batch"], "seqlen": r["seqlen"], "dtype": r["dtype"],
-                 "status": r["status"], "reason": r.get("reason"), "tflops": r.get("tflops"),
+                 "heads": r.get("heads", LEGACY_HEADS), "status": r["status"], "reason": r.get("reason"), "tflops": r.get("tflops"),
                  "latency_s": r["median_ms"] * 1e-3 if r.get("median_ms") is not None else None,
                  "ratio": r.get("vendor_ratio")} for r in data["results"]]
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -158,13 +160,12 @@ def platform_of(cfg, env: dict, rows) -> str | None:
     return next((name for name, p in cfg.platforms.items() if p.vendor in ran), None)
 
 
-def roofline(cfg, arch: str | None, batch: int, seqlen: int, dtype: str) -> float | None:
+def roofline(cfg, arch: str | None, batch: int, seqlen: int, dtype: str, heads: int) -> float | None:
     """min(peak TFLOPs, arithmetic intensity x peak bandwidth) for the arch, None if not configured."""
     peak = cfg.peaks(arch)
     if peak is None:
         return None
-    intensity = metrics.flops(batch, cfg.grid.heads, seqlen) / metrics.bytes_moved(batch, cfg.grid.heads, seqlen,
-                                                                                     dtype)
+    intensity = metrics.flops(batch, heads, seqlen) / metrics.bytes_moved(batch, heads, seqlen, dtype)
     return min(peak.tflops, intensity * peak.tbps)
 
 
@@ -180,25 +181,27 @@ def _colors(cfg):
 
 
 def tflops_png(path, cfg, rows, arch) -> None:
+    """One panel per (batch, dtype) in a row per head count: TFLOPs vs seqlen per implementation."""
     plt = pyplot()
-    panels = sorted({(r["batch"], r["dtype"]) for r in rows})
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.4 * len(panels) + 2.2, 3.8), squeeze=False,
-                             layout="constrained")
+    heads = sorted({r["heads"] for r in rows})
+    columns = sorted({(r["batch"], r["dtype"]) for r in rows})
+    fig, axes = plt.subplots(len(heads), len(columns), figsize=(5.4 * len(columns) + 2.2, 3.8 * len(heads)),
+                             squeeze=False, layout="constrained")
     peak = cfg.peaks(arch)
-    for ax, (batch, dtype) in zip(axes[0], panels):
+    for ax, (h, (batch, dtype)) in zip(axes.flat, itertools.product(heads, columns)):
+        panel = [r for r in rows if (r["heads"], r["batch"], r["dtype"]) == (h, batch, dtype)]
         for impl in _impl_order(cfg, rows):
-            pts = sorted((r["seqlen"], r["tflops"]) for r in rows
-                         if (r["impl"], r["batch"], r["dtype"]) == (impl, batch, dtype) and r["tflops"] is not None)
+            pts = sorted((r["seqlen"], r["tflops"]) for r in panel if r["impl"] == impl and r["tflops"] is not None)
             if pts:
                 ax.plot(*zip(*pts), marker="o", color=_colors(cfg).get(impl), label=impl)
-        seqlens = sorted({r["seqlen"] for r in rows if (r["batch"], r["dtype"]) == (batch, dtype)})
+        seqlens = sorted({r["seqlen"] for r in panel}) or [1]
         if peak:
-            ax.plot(seqlens, [roofline(cfg, arch, batch, s, dtype) for s in seqlens], "k--", marker="_", ms=14,
+            ax.plot(seqlens, [roofline(cfg, arch, batch, s, dtype, h) for s in seqlens], "k--", marker="_", ms=14,
                     label=f"roofline: min({peak.tflops:g} TFLOPs, intensity × {peak.tbps:g} TB/s)")
         ax.set_xscale("log", base=2)
         ax.set_xticks(seqlens, [str(s) for s in seqlens])
         ax.set_ylim(bottom=0)
-        ax.set(xlabel="seqlen", ylabel="TFLOPs", title=f"batch {batch}, {dtype}")
+        ax.set(xlabel="seqlen", ylabel="TFLOPs", title=f"{h} heads, batch {batch}, {dtype}")
         ax.grid(True, alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right upper", fontsize=8)
@@ -209,16 +212,16 @@ def tflops_png(path, cfg, rows, arch) -> None:
 def ratio_png(path, cfg, rows, platform) -> None:
     plt = pyplot()
     impl, vendor, floor = cfg.platform(platform).tilelang, cfg.platform(platform).vendor, cfg.gate.ratio[platform].floor
-    cases = sorted((r["batch"], r["seqlen"], r["dtype"], r["ratio"]) for r in rows
+    cases = sorted((r["heads"], r["batch"], r["seqlen"], r["dtype"], r["ratio"]) for r in rows
                    if r["impl"] == impl and r["ratio"] is not None)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(cases) + 4.0), 3.4), layout="constrained")
     x = range(len(cases))
-    values = [c[3] for c in cases]
+    values = [c[-1] for c in cases]
     bars = ax.bar(x, values, color=["C2" if v >= floor else "C3" for v in values], width=0.6)
     ax.bar_label(bars, [f"{v:.2f}" for v in values], fontsize=8)
     ax.axhline(floor, color="C3", ls="--", label=f"gate floor {floor:.2f} (gate.vendor_ratio.{platform}.floor)")
     ax.axhline(1.0, color="grey", lw=1, label=f"= {vendor}")
-    ax.set_xticks(list(x), [f"b{b} s{s}" + ("" if d == "float16" else f"\n{d}") for b, s, d, _ in cases],
+    ax.set_xticks(list(x), [f"h{h} b{b} s{s}\n{d}" for h, b, s, d, _ in cases],
                   fontsize=8, rotation=30 if len(cases) > 6 else 0)
     ax.set_ylim(0, max([1.1, *values]) * 1.12)
     ax.set(ylabel=f"TFLOPs {impl} / {vendor}", title=f"{impl} vs {vendor} per case")
@@ -229,7 +232,7 @@ def ratio_png(path, cfg, rows, platform) -> None:
 
 
 def trend_png(path, cfg, commits, series) -> None:
-    """series: {case: [latency s or None per commit]}; one panel per (batch, seqlen, dtype)."""
+    """series: {case: [latency s or None per commit]}; one panel per (batch, seqlen, dtype, heads)."""
     plt = pyplot()
     panels = sorted({c[1:] for c in series})
     ncols = min(len(panels), 5)
@@ -237,15 +240,15 @@ def trend_png(path, cfg, commits, series) -> None:
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 1.8, 2.7 * nrows), squeeze=False,
                              layout="constrained")
     labels = [c.commit[:8] for c in commits]
-    for ax, (batch, seqlen, dtype) in zip(axes.flat, panels):
+    for ax, (batch, seqlen, dtype, heads) in zip(axes.flat, panels):
         for impl in _impl_order(cfg, [{"impl": c[0]} for c in series]):
-            values = series.get((impl, batch, seqlen, dtype))
+            values = series.get((impl, batch, seqlen, dtype, heads))
             if values:
                 ax.plot(range(len(labels)), [v * 1e6 if v is not None else math.nan for v in values], marker="o",
                         ms=4, color=_colors(cfg).get(impl), label=impl)
         ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
         ax.set_ylim(bottom=0)
-        ax.set_title(f"b{batch} s{seqlen} {dtype}", fontsize=9)
+        ax.set_title(f"h{heads} b{batch} s{seqlen} {dtype}", fontsize=9)
         ax.set_ylabel("median µs", fontsize=8)
         ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
@@ -340,13 +343,13 @@ def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, i
     else:
         html_.append('<p class="na">No vendor ratio: the platform is not recorded and no vendor kernel ran.</p>')
     impls = _impl_order(cfg, rows)
-    by_case = {(r["impl"], r["batch"], r["seqlen"], r["dtype"]): r for r in rows}
-    body = [[str(b), str(s), _e(d)]
-            + [_cell(by_case.get((i, b, s, d)), asv_url(BENCH_TFLOPS, machine, (i, b, s, d))
-                     if (i, b, s, d) in in_asv else None) for i in impls]
-            for b, s, d in sorted({k[1:] for k in by_case})]
+    by_case = {tuple(r[n] for n in PARAM_NAMES): r for r in rows}
+    body = [[*(_e(str(v)) for v in point)]
+            + [_cell(by_case.get((i, *point)), asv_url(BENCH_TFLOPS, machine, (i, *point))
+                     if (i, *point) in in_asv else None) for i in impls]
+            for point in sorted({k[1:] for k in by_case}, key=lambda p: (p[3], p[0], p[1], p[2]))]
     html_.append("<p>TFLOPs per case, <small>× vendor</small> beside it; a link opens the case's history in asv."
-                 "</p>" + _table(["batch", "seqlen", "dtype", *map(_e, impls)], body, "cases"))
+                 "</p>" + _table([*PARAM_NAMES[1:], *map(_e, impls)], body, "cases"))
     return "".join(html_)
 
 
@@ -366,7 +369,7 @@ def trend_section(cfg, out: Path, recent: list, machine: str) -> str:
             '<figure><img src="trend.png" alt="median latency per commit for each case"><figcaption>Median '
             "latency (µs) per commit, ordered by commit date. asv's graphs show only the commits on "
             f"{_e(branches)}.</figcaption></figure>"
-            + _table(["impl", "batch", "seqlen", "dtype", *(f"<code>{r.commit[:8]}</code>" for r in recent)],
+            + _table([*PARAM_NAMES, *(f"<code>{r.commit[:8]}</code>" for r in recent)],
                      body, "trend"))
 
 

@@ -22,7 +22,9 @@ from mlagate.config import ROOT
 BENCH_TIME = "mla_decode.TimeDecode.time_decode"
 BENCH_TFLOPS = "mla_decode.Throughput.track_tflops"
 BENCH_RATIO = "mla_decode.Throughput.track_vendor_ratio"
-PARAM_NAMES = ("impl", "batch", "seqlen", "dtype")
+PARAM_NAMES = ("impl", "batch", "seqlen", "dtype", "heads")
+# Results recorded before heads became a parameter were all measured at 128 heads.
+LEGACY_HEADS = 128
 
 
 class StoreError(Exception):
@@ -72,7 +74,12 @@ class Problem:
 
 
 def case_keys(raw_params) -> list:
-    """asv's parameter lists (values as Python literals) -> case keys, in asv's result order."""
+    """asv's parameter lists (values as Python literals) -> case keys, in asv's result order.
+    Files without the heads parameter read as heads = LEGACY_HEADS."""
+    if len(raw_params) == len(PARAM_NAMES) - 1:
+        raw_params = [*raw_params, [repr(LEGACY_HEADS)]]
+    if len(raw_params) != len(PARAM_NAMES):
+        raise ValueError(f"{len(raw_params)} parameters, expected {', '.join(PARAM_NAMES)}")
     return list(itertools.product(*([ast.literal_eval(v) for v in values] for values in raw_params)))
 
 

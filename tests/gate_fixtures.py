@@ -19,7 +19,7 @@ MACHINE = "h200"
 BASE = "b292e89299146d730f39171c242883358dbebc06"
 SLOW = "22e8a671f5b457b3f9725be37186cfdd3af3605a"
 DOCS = "fbc171ef793131d07af88223d8346cf4900799fd"
-HOPPER_64 = ("tilelang-hopper", 64, 4096, "float16")
+HOPPER_64 = ("tilelang-hopper", 64, 4096, "float16", 128)
 
 
 def copy_store(tmp_path) -> Path:
@@ -72,11 +72,11 @@ def decide_full_grid():
     data = json.loads((FIXTURES / "bench_full_fp16_2026-11-29.json").read_text())
     from mlagate.store import CommitResults, Entry
 
-    entries = {(r["impl"], r["batch"], r["seqlen"], r["dtype"]): Entry(
+    entries = {(r["impl"], r["batch"], r["seqlen"], r["dtype"], r["heads"]): Entry(
         "ok", r["median_ms"] / 1e3, tuple(t / 1e3 for t in r["samples"]["times_ms"]))
         for r in data["results"] if r["status"] == "ok"}
     ratios = {k: Entry("ok", r["vendor_ratio"]) for r in data["results"] if r.get("vendor_ratio")
-              for k in [(r["impl"], r["batch"], r["seqlen"], r["dtype"])]}
+              for k in [(r["impl"], r["batch"], r["seqlen"], r["dtype"], r["heads"])]}
     results = CommitResults(MACHINE, BASE, 0, [], {BENCH_TIME: entries, BENCH_RATIO: ratios})
     return decide.evaluate(results, results, config.load(), "cuda")
 

@@ -29,8 +29,21 @@ def test_benchmark_params_come_from_the_config(monkeypatch):
     from mlagate import asv_suite
 
     params, names = asv_suite.params()
-    assert names == ["impl", "batch", "seqlen", "dtype"]
-    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"]]
+    assert names == ["impl", "batch", "seqlen", "dtype", "heads"]
+    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"], [16]]
+
+
+def test_each_platform_measures_the_dtypes_its_vendor_takes(monkeypatch):
+    """aiter's decode takes bf16 (or fp8) queries only: an fp16 grid on ROCm has no vendor ratio."""
+    monkeypatch.setenv("MLAGATE_GRID", "quick")
+    from mlagate import asv_suite
+
+    monkeypatch.setattr(asv_suite, "platform", lambda: "rocm")
+    assert {c.dtype for c in asv_suite.cases()} == {"bfloat16"}
+    monkeypatch.setattr(asv_suite, "platform", lambda: "cuda")
+    assert {c.dtype for c in asv_suite.cases()} == {"float16"}
+    monkeypatch.setenv("MLAGATE_DTYPES", "bfloat16,float16")
+    assert {c.dtype for c in asv_suite.cases()} == {"bfloat16", "float16"}
 
 
 def test_record_on_a_cpu_writes_skips_and_refuses_a_second_record(tmp_path, capsys, monkeypatch):
@@ -40,7 +53,7 @@ def test_record_on_a_cpu_writes_skips_and_refuses_a_second_record(tmp_path, caps
     assert cli.main(args) == 0
     head = Store(tmp_path).load("cpu-test", resolve("HEAD"))
     entries = head.entries(BENCH_TIME)
-    assert set(entries) == {(i, b, 4096, "float16") for i in ("torch", "aiter") for b in (64, 128)}
+    assert set(entries) == {(i, b, 4096, "float16", 16) for i in ("torch", "aiter") for b in (64, 128)}
     assert all(e.status == "skipped" for e in entries.values())
     env = Store(tmp_path).read_sidecar("cpu-test", head.commit, "env")
     assert env["grid"] == "quick" and "start" in env and "end" in env

@@ -5,7 +5,9 @@ import stat
 import sys
 import textwrap
 
-from mlagate import bench, config
+import pytest
+
+from mlagate import bench, cli, config
 from mlagate.config import Case
 
 FAKE_WORKER = textwrap.dedent('''
@@ -21,7 +23,7 @@ FAKE_WORKER = textwrap.dedent('''
         status = "skipped" if fields["impl"] == "aiter" else "ok"
         outcome = dict(fields, status=status, reason=None if status == "ok" else "aiter: not installed",
                        samples={"times_ms": [1.0, 1.1, 0.9]} if status == "ok" else None, error={},
-                       pid=os.getpid())
+                       pid=os.getpid(), visible={k: v for k, v in os.environ.items() if k.endswith("_DEVICES")})
         print(MARK + json.dumps({"event": "done", "index": index, "outcome": outcome}), flush=True)
 ''')
 
@@ -75,3 +77,93 @@ def test_outputs_are_json_and_csv(tmp_path):
     bench.write_outputs(tmp_path / "bench.json", rows, {"gpu": "none"})
     assert (tmp_path / "bench.csv").read_text().splitlines()[0].startswith("impl,batch,seqlen")
     assert os.path.getsize(tmp_path / "bench.json") > 100
+
+
+# -- a worker's visible device is an entry of the parent's list -------------------
+
+VISIBLE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+@pytest.fixture(autouse=True)
+def _no_visible_devices(monkeypatch):
+    """Every test here starts without a visible-devices list (GPU runners set one)."""
+    for name in VISIBLE:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_a_worker_gets_the_entry_of_the_parents_list():
+    env = bench.worker_visible_env
+    assert env({"HIP_VISIBLE_DEVICES": "3"}, 0) == {"HIP_VISIBLE_DEVICES": "3"}  # compose's container GPU
+    assert env({"HIP_VISIBLE_DEVICES": "2,5"}, 1) == {"HIP_VISIBLE_DEVICES": "5"}
+    assert env({"CUDA_VISIBLE_DEVICES": "4, 6", "HIP_VISIBLE_DEVICES": "4,6"}, 1) == {
+        "CUDA_VISIBLE_DEVICES": "6", "HIP_VISIBLE_DEVICES": "6"}
+    uuids = "GPU-8e6b2f1c-0d3a-4c5e-9f7a-1b2c3d4e5f60,GPU-4b2c1a9f-8d3e-6f7a-b5c9-2e4d8a1f6c3b"
+    assert env({"CUDA_VISIBLE_DEVICES": uuids}, 1) == {"CUDA_VISIBLE_DEVICES": uuids.split(",")[1]}
+    rocr = {"ROCR_VISIBLE_DEVICES": "0,GPU-DEADBEEFDEADBEEF"}
+    assert env(rocr, 1) == {"ROCR_VISIBLE_DEVICES": "GPU-DEADBEEFDEADBEEF"}  # only ROCR set: it is narrowed
+    # ROCr masks first and HIP indexes what it leaves: ROCR stays whole, HIP (or CUDA) is narrowed.
+    assert env({"ROCR_VISIBLE_DEVICES": "4,5,6,7", "HIP_VISIBLE_DEVICES": "1,3"}, 1) == {"HIP_VISIBLE_DEVICES": "3"}
+    assert env({"ROCR_VISIBLE_DEVICES": "4,5,6,7", "CUDA_VISIBLE_DEVICES": "2,0"}, 0) == {"CUDA_VISIBLE_DEVICES": "2"}
+    assert env({}, 2) == {"CUDA_VISIBLE_DEVICES": "2", "HIP_VISIBLE_DEVICES": "2"}  # nothing set: the bare index
+    assert env({"PATH": "/usr/bin"}, 0) == {"CUDA_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0"}
+
+
+def test_an_index_past_the_parents_list_names_the_variable(monkeypatch):
+    with pytest.raises(ValueError, match=r"GPU 1: HIP_VISIBLE_DEVICES='3' lists 1 device\(s\)"):
+        bench.worker_visible_env({"HIP_VISIBLE_DEVICES": "3"}, 1)
+    with pytest.raises(ValueError, match=r"ROCR_VISIBLE_DEVICES='GPU-aa,GPU-bb' lists 2 device"):
+        bench.worker_visible_env({"ROCR_VISIBLE_DEVICES": "GPU-aa,GPU-bb"}, 2)
+    with pytest.raises(ValueError, match=r"CUDA_VISIBLE_DEVICES='' lists 0 device"):
+        bench.worker_visible_env({"CUDA_VISIBLE_DEVICES": ""}, 0)
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "3,5")
+    assert cli.parse_gpus("1,0") == [1, 0]
+    with pytest.raises(ValueError, match="GPU 2: HIP_VISIBLE_DEVICES='3,5'"):  # mlagate bench exits 2 up front
+        cli.parse_gpus("0,2")
+
+
+def test_workers_time_the_parents_gpus_and_a_missing_one_fails_its_cases(tmp_path, monkeypatch):
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "2,5")
+    rows = bench.run_cases(cases(1024, 2048, 4096, 8192), config.load().timing, gpus=[0, 1],
+                           python=fake_python(tmp_path))
+    assert all(r["status"] == "ok" for r in rows)
+    assert {(r["gpu"], r["visible"]["HIP_VISIBLE_DEVICES"]) for r in rows} == {(0, "2"), (1, "5")}
+    assert all("CUDA_VISIBLE_DEVICES" not in r["visible"] for r in rows)  # not invented where unset
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "3")
+    rows = bench.run_cases(cases(1024, 2048), config.load().timing, gpus=[0, 1], python=fake_python(tmp_path))
+    by_gpu = {r["gpu"]: r for r in rows}
+    assert by_gpu[0]["status"] == "ok" and by_gpu[0]["visible"]["HIP_VISIBLE_DEVICES"] == "3"
+    assert by_gpu[1]["status"] == "failed" and "HIP_VISIBLE_DEVICES='3' lists 1 device" in by_gpu[1]["reason"]
+
+
+# -- a worker that exits before reading its job ------------------------------------
+
+def test_a_worker_that_exits_before_reading_its_job_fails_every_case_once(tmp_path):
+    """The job for 20000 cases is about 2 MB: more than a pipe holds (64 KiB by default, at most
+    /proc/sys/fs/pipe-max-size, 1 MiB by default), so writing it to a worker that never reads
+    raises BrokenPipeError every time, not only when the worker wins the race."""
+    quitter = tmp_path / "quitter"
+    quitter.write_text("#!/bin/sh\necho 'ModuleNotFoundError: torch' >&2\nexit 7\n")
+    quitter.chmod(quitter.stat().st_mode | stat.S_IEXEC)
+    seen = []
+    many = cases(*range(1, 20001))
+    rows = bench.run_cases(many, config.load().timing, python=str(quitter), on_result=seen.append)
+    assert len(rows) == len(seen) == 20000
+    assert {r["status"] for r in rows} == {"failed"}
+    assert {r["reason"] for r in rows} == {"worker failed to start (code 7): ModuleNotFoundError: torch"}
+
+
+def test_a_broken_pipe_is_reported_like_a_worker_that_did_not_start(tmp_path, monkeypatch):
+    """The race itself, forced: the worker is gone before the job is written."""
+    real_popen = bench.subprocess.Popen
+
+    def popen(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        proc.wait()  # exited without reading stdin
+        return proc
+
+    monkeypatch.setattr(bench.subprocess, "Popen", popen)
+    broken = tmp_path / "broken"
+    broken.write_text("#!/bin/sh\necho 'no such module' >&2\nexit 1\n")
+    broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
+    rows = bench.run_cases(cases(1024, 2048), config.load().timing, python=str(broken))
+    assert [r["reason"] for r in rows] == ["worker failed to start (code 1): no such module"] * 2

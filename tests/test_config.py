@@ -18,7 +18,9 @@ def test_repository_config_loads():
     cfg = config.load()
     assert cfg.platform("cuda").vendor == "flash_mla"
     assert cfg.platform("rocm").vendor == "aiter"
-    assert len(cfg.grid.cases("full", ["tilelang-hopper"])) == 10 * len(cfg.grid.dtypes)
+    assert len(cfg.grid.cases("full", ["tilelang-hopper"], ["float16"])) == 10 * 4
+    assert {c.heads for c in cfg.grid.cases("full", ["torch"], ["float16"])} == {16, 32, 64, 128}
+    assert cfg.platform("rocm").dtypes == ("bfloat16",)  # what aiter's mla_decode_fwd takes
     assert len(cfg.digest) == 16
 
 
@@ -31,7 +33,11 @@ def test_repository_config_loads():
     (lambda r: r["timing"]["asv"].update(max_samples=1), "timing.asv.max_samples: must be >= timing.min_samples"),
     (lambda r: r["timing"]["asv"].pop("rep_ms"), "timing.asv.rep_ms: missing"),
     (lambda r: r["grid"]["full"].update(seqlen=[0]), "grid.full.seqlen: every entry must be an integer >= 1"),
-    (lambda r: r["grid"].update(dtypes=["float8"]), "grid.dtypes: 'float8' is not one of"),
+    (lambda r: r["platforms"]["rocm"].update(dtypes=["float8"]), "platforms.rocm.dtypes: 'float8' is not one of"),
+    (lambda r: r["platforms"]["cuda"].pop("dtypes"), "platforms.cuda.dtypes: must be a non-empty list"),
+    (lambda r: r["grid"]["full"].update(heads=[24]), "grid.full.heads: 24 is not one of 16, 32, 64, 128"),
+    (lambda r: r["grid"]["quick"].update(heads=[16, 16]), "grid.quick.heads: entries must be unique"),
+    (lambda r: r["grid"].update(heads=128), "grid.heads: unknown key"),
     (lambda r: r["platforms"]["cuda"].update(vendor="cudnn"), "platforms.cuda.vendor: 'cudnn' is not in"),
     (lambda r: r["gate"]["latency"].update(screen=0.5), "gate.latency.screen: must be <= gate.latency.threshold"),
     (lambda r: r["gate"]["vendor_ratio"]["rocm"].pop("floor"), "gate.vendor_ratio.rocm.floor: missing"),
@@ -54,4 +60,4 @@ def test_load_reports_the_file(tmp_path):
 
 def test_unknown_grid_name():
     with pytest.raises(config.ConfigError, match="grid.huge: no such grid"):
-        config.load().grid.cases("huge", ["torch"])
+        config.load().grid.cases("huge", ["torch"], ["float16"])

@@ -6,10 +6,10 @@ import json
 import pytest
 
 import gate_fixtures as fx
-from mlagate import cli, config, decide
+from mlagate import cli, config, decide, report
 from mlagate.store import BENCH_RATIO, BENCH_TIME, Store
 
-HOPPER_128 = ("tilelang-hopper", 128, 4096, "float16")
+HOPPER_128 = ("tilelang-hopper", 128, 4096, "float16", 128)
 
 
 @pytest.fixture
@@ -103,12 +103,16 @@ def test_gated_case_skipped_in_head_is_an_error(root):
     assert by_case(fx.evaluate(root, head=fx.DOCS))[fx.HOPPER_64].status == "error"
 
 
-def test_missing_vendor_ratio_is_an_error(root):
-    for case in (fx.HOPPER_64, HOPPER_128):
-        fx.edit(root, fx.DOCS, BENCH_RATIO, case, fx.skip)
+@pytest.mark.parametrize("damage", [fx.skip, fx.fail])
+def test_a_gated_case_without_vendor_ratio_is_an_error_for_that_case(root, damage):
+    fx.edit(root, fx.DOCS, BENCH_RATIO, fx.HOPPER_64, damage)
     verdict = fx.evaluate(root, head=fx.DOCS)
-    assert verdict.outcome == "error"
-    assert "no vendor ratio for tilelang-hopper" in verdict.errors[0]
+    assert verdict.outcome == "error" and verdict.exit_code == 2
+    cases = by_case(verdict)
+    assert cases[fx.HOPPER_64].status == "error"
+    assert "no vendor ratio in the head results: flash_mla was not measured" in cases[fx.HOPPER_64].reasons[0]
+    assert cases[HOPPER_128].status == "pass"
+    assert "tilelang-hopper h=128 b=64 s=4096 float16" in report.gate_markdown(verdict)
 
 
 def test_results_without_samples_are_an_error(root):
@@ -145,8 +149,8 @@ def test_cli_pass_writes_report_and_verdict(root, tmp_path, capsys):
 def test_cli_regression_prints_annotations(root, tmp_path, capsys):
     assert gate_cli(root, tmp_path, head=fx.SLOW) == 1
     out = capsys.readouterr().out
-    assert "::error title=perf regression: tilelang-hopper b=64 s=4096 float16::latency +" in out
-    assert "| tilelang-hopper b=64 s=4096 float16 |" in (tmp_path / "out" / "gate.md").read_text()
+    assert "::error title=perf regression: tilelang-hopper h=128 b=64 s=4096 float16::latency +" in out
+    assert "| tilelang-hopper h=128 b=64 s=4096 float16 |" in (tmp_path / "out" / "gate.md").read_text()
 
 
 def test_cli_corrupt_head_file_is_reported_by_path_and_kept(root, tmp_path, capsys):

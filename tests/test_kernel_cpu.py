@@ -66,15 +66,26 @@ def test_split_count_fills_the_device():
     (4097, 1, 1, 4128, True),
 ])
 def test_plan_fits_splits_to_the_sequence(seqlen, num_split, want_split, want_len, masked):
-    p = m.plan(m.Shape(batch=1, seqlen=seqlen), m.CDNA3.with_(num_split=num_split), 304)
+    p = m.plan(m.Shape(batch=1, seqlen=seqlen), m.CDNA3.with_(num_split=num_split), "gfx942")
     assert (p.num_split, p.split_len, p.masked) == (want_split, want_len, masked)
     assert (p.num_split - 1) * p.split_len < seqlen <= p.num_split * p.split_len
 
 
 def test_heads_must_fill_head_blocks():
     with pytest.raises(ValueError, match=r"heads \(96\) must be a multiple of the head block"):
-        m.plan(m.Shape(batch=1, seqlen=64, heads=96), m.CDNA3, 304)
-    assert m.plan(m.Shape(batch=1, seqlen=64, heads=16), m.CDNA3, 304).block_H == 16
+        m.plan(m.Shape(batch=1, seqlen=64, heads=96), m.CDNA3, "gfx942")
+    assert m.plan(m.Shape(batch=1, seqlen=64, heads=16), m.CDNA3, "gfx942").block_H == 16
+
+
+@pytest.mark.parametrize("heads,arch,threads", [
+    (16, "gfx942", 64), (32, "gfx942", 128), (64, "gfx942", 128), (128, "gfx942", 128),  # 64-wide wavefronts
+    (16, "sm_90", 32), (32, "sm_90", 64), (64, "sm_90", 128), (128, "sm_90", 128),       # 32-wide warps
+])
+def test_register_resident_scores_get_one_warp_per_16_heads(heads, arch, threads):
+    """More warps than 16-row tiles of the head block leave a warp without rows: TileLang then fails to
+    lay out the scores ("Layout infer conflict between acc_s and P_buf" at TP8's 16 heads on gfx942)."""
+    assert m.plan(m.Shape(batch=64, seqlen=4096, heads=heads), m.CDNA3, arch).threads == threads
+    assert m.plan(m.Shape(batch=64, seqlen=4096, heads=heads), m.HOPPER, arch).threads == m.HOPPER.threads
 
 
 def naive_float64(q, q_pe, kv, k_pe):

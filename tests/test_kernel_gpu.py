@@ -51,6 +51,19 @@ def test_edge_shapes(batch, heads, seqlen, num_split):
 
 
 @pytest.mark.parametrize("config", list(m.CONFIGS))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("heads", [16, 32, 64, 128])
+@pytest.mark.parametrize("num_split", [0, 1], ids=["auto", "no_split"])
+def test_every_config_at_every_tensor_parallel_head_count(config, dtype, heads, num_split):
+    """TP8/TP4/TP2/TP1 shapes of DeepSeek's 128 heads, with a masked tail, for both configs."""
+    arch = m.device_arch(torch.cuda.current_device())
+    if config == "hopper" and not arch.startswith("sm_9"):
+        pytest.skip(f"the hopper config needs sm_90 (wgmma, 228 KB shared memory); this GPU is {arch}")
+    shape = m.Shape(batch=64, seqlen=4000, heads=heads, dtype=dtype)
+    run_and_check(shape, m.CONFIGS[config].with_(num_split=num_split), seed=heads)
+
+
+@pytest.mark.parametrize("config", list(m.CONFIGS))
 def test_every_config_runs_here(config):
     """Each architecture's config is plain TileLang and must be right on any GPU
     it compiles for (the cdna3 config is slow on Hopper, never wrong)."""

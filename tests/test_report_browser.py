@@ -77,9 +77,9 @@ def test_missing_versions_read_not_recorded():
 
 
 def test_asv_urls_follow_asv_hash_scheme():
-    url = publish.asv_url("b.x", "m 1", ("tilelang-hopper", 64, 4096, "float16"))
+    url = publish.asv_url("b.x", "m 1", ("tilelang-hopper", 64, 4096, "float16", 16))
     assert url == "asv/index.html#b.x?machine=m%201&p-impl='tilelang-hopper'&p-batch=64&p-seqlen=4096" \
-                  "&p-dtype='float16'"
+                  "&p-dtype='float16'&p-heads=16"
 
 
 # -- in headless Chromium ---------------------------------------------------------
@@ -273,7 +273,7 @@ def test_full_grid_asv_record_renders(tmp_path):
                              ready="document.querySelectorAll('.benchmark-container').length")
         _assert_clean(seen, server.base)
         graph = server.base + publish.asv_url("mla_decode.TimeDecode.time_decode", "h200",
-                                              ("flashinfer", 128, 16384, "float16"))
+                                              ("flashinfer", 128, 16384, "float16", 128))
         seen = chromium.open(graph, ready="document.querySelectorAll('#main-graph canvas.flot-base').length")
         _assert_clean(seen, server.base)
         selected = chromium.evaluate("[...document.querySelectorAll('.btn.active')].map(b => b.innerText.trim())")

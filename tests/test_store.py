@@ -16,7 +16,7 @@ def test_reads_real_asv_results_with_samples():
     entry = base.entries(BENCH_TIME)[fx.HOPPER_64]
     assert entry.status == "ok" and len(entry.samples) >= 50
     assert 150e-6 < entry.value < 200e-6
-    assert base.entries(BENCH_TFLOPS)[("flash_mla", 128, 4096, "float16")].value > 400
+    assert base.entries(BENCH_TFLOPS)[("flash_mla", 128, 4096, "float16", 128)].value > 400
     assert s.read_sidecar("h200", fx.BASE, "env")["start"]["gpu"] == "NVIDIA H200"
 
 

@@ -1,0 +1,135 @@
+"""An MI300X host as far as mlagate can tell, on a CPU: the rehearsal of the compose `bench` service.
+
+Loaded by every Python process of the rehearsal (this folder is first on PYTHONPATH, and mlagate hands
+PYTHONPATH on to asv's benchmark processes and to its bench workers). Active only with
+MLAGATE_REHEARSAL set. What stands in, and nothing more:
+
+- torch reports a ROCm build with one AMD Instinct MI300X (gcnArchName gfx942, 304 CUs), so mlagate's
+  own platform and architecture detection runs unchanged;
+- tensors live on the CPU (``measure.device``, and ``mla_decode.check_device`` accepts it);
+- TileLang's compiled kernel is the float32 reference behind the real ``plan`` for gfx942, because a
+  CPU cannot run HIP code (`mlagate build` lowers the real kernels for gfx942 on a CPU);
+- aiter is the contract-enforcing stand-in next to this file (tests/rehearsal/aiter);
+- GPU timing returns samples recorded on an H200 (tests/fixtures/h200/bench_full_fp16_2026-11-29.json):
+  the TileLang stand-in gets tilelang-hopper's, aiter FlashMLA's, torch its own, at the same batch
+  and seqlen 4096. They exercise the record and the gate; they are no MI300X measurement.
+"""
+
+import importlib.abc
+import importlib.machinery
+import itertools
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+HERE = Path(__file__).resolve().parent
+RECORDED = HERE.parent / "fixtures" / "h200" / "bench_full_fp16_2026-11-29.json"
+STANDS_FOR = {"tilelang-cdna3": "tilelang-hopper", "aiter": "flash_mla", "torch": "torch"}
+MI300X = SimpleNamespace(name="AMD Instinct MI300X", gcnArchName="gfx942:sramecc+:xnack-", major=9, minor=4,
+                         multi_processor_count=304, L2_cache_size=4 << 20, total_memory=192 << 30)
+
+
+def recorded_samples(impl, batch):
+    rows = json.loads(RECORDED.read_text())["results"]
+    row = next(r for r in rows if (r["impl"], r["batch"], r["seqlen"]) == (STANDS_FOR[impl], batch, 4096))
+    return tuple(row["samples"]["times_ms"])
+
+
+def patch_torch(torch):
+    torch.version.hip = "7.2.24120"
+    cuda = torch.cuda
+    cuda.is_available = lambda: True
+    cuda.device_count = lambda: 1
+    cuda.current_device = lambda: 0
+    cuda.get_device_properties = lambda device=None: MI300X
+    cuda.get_device_name = lambda device=None: MI300X.name
+    cuda.synchronize = lambda device=None: None
+    cuda.empty_cache = lambda: None
+
+
+def patch_measure(measure):
+    import torch
+
+    measure.device = lambda: torch.device("cpu")
+
+    def samples_of(fn, shape):
+        return recorded_samples(fn.rehearsal_impl, shape[0])
+
+    def time_gpu(fn, *, min_samples=10, device=None, **_):
+        times = samples_of(fn, fn.rehearsal_shape)
+        assert len(times) >= min_samples
+        return measure.Samples(times, "rehearsal: H200 samples", 0, 0, MI300X.name)
+
+    class EventClock:
+        def __init__(self, cold_l2=True):
+            self.total_s, self.streams = 0.0, {}
+
+        def __call__(self):
+            return self.total_s
+
+        def run(self, fn):
+            stream = self.streams.setdefault(fn, itertools.cycle(samples_of(fn, fn.rehearsal_shape)))
+            self.total_s += next(stream) / 1e3
+
+    measure.time_gpu, measure.EventClock = time_gpu, EventClock
+
+
+def patch_kernels(m):
+    def check_device(named):
+        if {t.device.type for t in named.values()} != {"cpu"}:
+            raise ValueError("rehearsal: inputs must be on the stand-in device (cpu)")
+
+    class CompiledDecode:
+        """The real plan for the real arch; the reference stands in for the HIP kernel."""
+
+        def __init__(self, shape, config, arch, sm_count):
+            assert arch == "gfx942", f"rehearsal: expected gfx942, detected {arch}"
+            self.plan = m.plan(shape, config, arch, sm_count)
+
+        def __call__(self, q, q_pe, kv, k_pe, out, lse):
+            o, l = m.reference(q, q_pe, kv, k_pe)
+            out.copy_(o)
+            lse.copy_(l)
+            return out, lse
+
+    m.check_device, m.CompiledDecode = check_device, CompiledDecode
+
+
+def patch_impls(impls):
+    real = impls.prepare
+
+    def prepare(impl, inputs, device):
+        launch = real(impl, inputs, device)
+        launch.rehearsal_impl, launch.rehearsal_shape = impl, tuple(inputs[0].shape)
+        return launch
+
+    impls.prepare = prepare
+
+
+PATCHES = {"torch": patch_torch, "mlagate.measure": patch_measure, "mlagate.kernels.mla_decode": patch_kernels,
+           "mlagate.impls": patch_impls}
+
+
+class PatchAfterImport(importlib.abc.MetaPathFinder):
+    """Applies PATCHES to a module right after it first executes."""
+
+    def find_spec(self, name, path, target=None):
+        if name not in PATCHES:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            PATCHES[name](module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if os.environ.get("MLAGATE_REHEARSAL"):
+    sys.meta_path.insert(0, PatchAfterImport())
