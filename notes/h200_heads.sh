@@ -21,10 +21,11 @@ tests)
   git log --oneline -1
   timed timeout 420 python3 -m pytest tests -m gpu -n 8 -q -p no:cacheprovider --benchmark-disable 2>&1 \
     | tee "$OUT/pytest_gpu.log" | tail -8
-  timed timeout 150 python3 notes/precompile.py --grid full --dtype float16 --jobs 14 2>&1 | quiet | tail -3
   ;;
 bench)
-  timed timeout 560 python3 -m mlagate.cli bench --grid full --dtype float16 --impl tilelang-hopper \
+  git log --oneline -3; git status --short | head -5
+  timed timeout 150 python3 notes/precompile.py --grid full --dtype float16 --jobs 14 2>&1 | quiet | tail -3
+  timed timeout 440 python3 -m mlagate.cli bench --grid full --dtype float16 --impl tilelang-hopper \
     --impl tilelang-cdna3 --impl flash_mla --impl flashinfer --out "$OUT/bench_heads_fp16.json" 2>&1 | quiet \
     | tee "$OUT/bench.log" | tail -175
   ;;

@@ -6,6 +6,7 @@ compiling one after another inside the timed run's worker.
 """
 
 import argparse
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -34,7 +35,8 @@ def main():
     jobs = sorted({(name, c.batch, c.seqlen, c.heads, c.dtype)
                    for name in (args.config or m.CONFIGS)
                    for c in cfg.grid.cases(args.grid, ["x"], dtypes)})
-    with ProcessPoolExecutor(args.jobs) as pool:
+    # spawn: importing tilelang here already initialised CUDA, which a forked child cannot reuse
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         for n, fut in enumerate(as_completed([pool.submit(compile_one, j) for j in jobs]), 1):
             try:
                 print(f"[{n}/{len(jobs)}] compiled {fut.result()}", flush=True)
