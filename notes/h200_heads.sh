@@ -24,9 +24,9 @@ tests)
   ;;
 bench)
   git log --oneline -3; git status --short | head -5
-  timed timeout 150 python3 notes/precompile.py --grid full --dtype float16 --jobs 14 2>&1 | quiet | tail -3
+  timed timeout 150 python3 notes/precompile.py --grid full --dtype float16 --config hopper --jobs 14 2>&1 | quiet | tail -3
   timed timeout 440 python3 -m mlagate.cli bench --grid full --dtype float16 --impl tilelang-hopper \
-    --impl tilelang-cdna3 --impl flash_mla --impl flashinfer --out "$OUT/bench_heads_fp16.json" 2>&1 | quiet \
+    --impl flash_mla --impl flashinfer --out "$OUT/bench_heads_fp16.json" 2>&1 | quiet \
     | tee "$OUT/bench.log" | tail -175
   ;;
 service)
