@@ -31,7 +31,7 @@ bench)
   ;;
 service)  # the device's .git is the session's first snapshot: commit the tree there, then a comment-only head
   [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
-  git -c user.name=h200 -c user.email=h200@localhost commit -qam "this tree" && echo "# comment" >> kernels/mla_decode.py \
+  git add -A -- . ":!.gpu" && git -c user.name=h200 -c user.email=h200@localhost commit -qm "this tree" && echo "# comment" >> kernels/mla_decode.py \
     && git -c user.name=h200 -c user.email=h200@localhost commit -qam "a comment-only change" && git log --oneline -3
   export MLAGATE_RESULTS=/tmp/res
   timed timeout 560 python3 -m mlagate.cli gate --base HEAD~1 --head HEAD --machine h200 --grid quick --confirm \
