@@ -72,6 +72,9 @@ class TritonDecode:
     """Split-KV Triton decode for one problem size; workspace allocated once."""
 
     def __init__(self, batch, heads, seqlen, dim, pe_dim, device, block_h=32, block_n=32, num_warps=4):
+        block_h = min(block_h, heads)  # tensor-parallel shapes: 16 heads fill one 16-row tile
+        if heads % block_h:
+            raise ValueError(f"heads ({heads}) must be a multiple of block_h ({block_h})")
         sms = torch.cuda.get_device_properties(device).multi_processor_count
         programs = batch * (heads // block_h)
         wanted = max(1, min(32, math.ceil(2 * sms / programs)))  # two waves of programs

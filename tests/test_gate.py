@@ -58,14 +58,31 @@ def test_confirmation_decides_a_flagged_case(root):
     assert confirmed.status == "regression" and confirmed.confirmation["agrees"] is True
 
 
-def test_vendor_ratio_below_floor_fails(root):
-    cfg = config.load()
-    strict = config.parse({**_raw_config(), "gate": {**_raw_config()["gate"], "vendor_ratio": {
-        "rocm": {"floor": 0.7, "max_drop": 0.05}, "cuda": {"floor": 0.9, "max_drop": 0.05}}}})
-    assert cfg.gate.ratio["cuda"].floor == 0.7
-    verdict = fx.evaluate(root, head=fx.DOCS, cfg=strict)
-    assert verdict.outcome == "regression"
-    assert all("below the floor 0.90" in " ".join(c.reasons) for c in verdict.cases)
+def with_floor(floor):
+    raw = _raw_config()
+    raw["gate"]["vendor_ratio"]["cuda"]["floor"] = floor
+    return config.parse(raw)
+
+
+def test_vendor_ratio_falling_below_the_floor_fails(root):
+    base_ratio = Store(root).load(fx.MACHINE, fx.BASE).entries(BENCH_RATIO)[fx.HOPPER_64].value
+    fx.edit(root, fx.DOCS, BENCH_RATIO, fx.HOPPER_64, lambda v, s: (base_ratio * 0.97, s))  # under max_drop
+    floor = base_ratio * 0.985
+    cv = by_case(fx.evaluate(root, head=fx.DOCS, cfg=with_floor(floor)))[fx.HOPPER_64]
+    assert cv.status == "regression" and cv.below_floor
+    assert f"below the floor {floor:.2f}" in cv.reasons[0]
+
+
+def test_a_case_below_the_floor_on_base_too_is_a_known_gap_not_this_change(root):
+    verdict = fx.evaluate(root, head=fx.DOCS, cfg=with_floor(0.9))
+    assert verdict.outcome == "pass"
+    assert all("below the floor 0.90, as on base" in " ".join(c.warnings) for c in verdict.cases)
+
+
+def test_a_new_case_below_the_floor_fails(root):
+    fx.drop_batch(root, fx.BASE, 64)
+    cv = by_case(fx.evaluate(root, head=fx.DOCS, cfg=with_floor(0.9)))[fx.HOPPER_64]
+    assert cv.status == "regression" and "below the floor 0.90" in cv.reasons[0]
 
 
 def test_vendor_ratio_drop_fails(root):
