@@ -38,7 +38,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mlagate import resources
+from mlagate import exits, resources
 
 FORCED_SPLIT = 4
 # Configs built per target kind by default. tilelang-hopper runs only on Hopper
@@ -612,4 +612,4 @@ def run(args, cfg) -> int:
             print(f"recorded {path}")
         failed |= any(f.failed for f in findings)
     sys.stdout.flush()
-    return 1 if failed else 0
+    return exits.REGRESSION if failed else exits.OK

@@ -1,16 +1,18 @@
 """mlagate: the command line. Each subcommand parses its arguments, calls the
-library and maps failures to exit codes (0 ok, 1 regression or failed cases,
-2 error: bad input, missing or corrupt results, config errors)."""
+library and maps failures to exit codes (mlagate/exits.py: 0 ok, 1 the command's
+check did not pass, 2 error: bad input, missing or corrupt results, config errors,
+any unexpected exception)."""
 
 import argparse
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 
 from mlagate import config as config_mod
+from mlagate import exits
 
-EXIT_OK, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 SUBCOMMAND_MODULES = ("mlagate.build", "mlagate.publish", "mlagate.containers")
 
 
@@ -54,7 +56,7 @@ def cmd_bench(args, cfg) -> int:
     if args.out:
         bench.write_outputs(args.out, rows, env)
         print(f"wrote {args.out} and {Path(args.out).with_suffix('.csv')}")
-    return EXIT_FAIL if any(r["status"] == "failed" for r in rows) else EXIT_OK
+    return exits.FAILED_CASES if any(r["status"] == "failed" for r in rows) else exits.OK
 
 
 def cmd_record(args, cfg) -> int:
@@ -63,7 +65,7 @@ def cmd_record(args, cfg) -> int:
     path = recorder.record(args.rev, results=store.results_root(args.results), machine=args.machine,
                            grid=args.grid, dtypes=args.dtype, impls=args.impl, bench_regex=args.bench)
     print(f"recorded {args.rev} -> {path}")
-    return EXIT_OK
+    return exits.OK
 
 
 def cmd_gate(args, cfg) -> int:
@@ -76,7 +78,13 @@ def cmd_gate(args, cfg) -> int:
     for line in report.annotations(out.verdict):
         print(line)
     print(f"wrote {', '.join(str(p) for p in out.files.values())}")
+    for line in verdict_errors(out.verdict):  # exit 2 always says why on stderr, as every other error does
+        print(f"error: {line}", file=sys.stderr)
     return out.verdict.exit_code
+
+
+def verdict_errors(verdict) -> list:
+    return [*verdict.errors, *(f"{c.label}: {'; '.join(c.reasons)}" for c in verdict.cases if c.status == "error")]
 
 
 def cmd_results(args, cfg) -> int:
@@ -89,7 +97,7 @@ def cmd_results(args, cfg) -> int:
         changed = store.commit_branch(args.path, args.message, remote=args.remote, branch=args.branch,
                                       push=not args.no_push)
         print("pushed new results" if changed else "nothing new to push")
-    return EXIT_OK
+    return exits.OK
 
 
 def cmd_calibrate(args, cfg) -> int:
@@ -113,7 +121,7 @@ def cmd_calibrate(args, cfg) -> int:
         print(f"wrote {out / 'calibration.json'} and {out / 'calibration.png'}")
     at = {label: dict((round(s, 2), failed) for s, _, failed in c) for label, c in curves.items()}
     ok = all(a[0.05] >= 0.95 and a[0.0] <= 0.01 for a in at.values())
-    return EXIT_OK if ok else EXIT_FAIL
+    return exits.OK if ok else exits.OFF_TARGET
 
 
 def parse_gpus(text):
@@ -171,7 +179,7 @@ def main(argv=None) -> int:
     p.add_argument("--machine", default=None, help="asv machine name (default: the store's only machine)")
     p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
     p.add_argument("--platform", default=None, choices=config_mod.PLATFORMS,
-                   help="platform of the results when their env sidecar is missing")
+                   help="the platform head must have been measured on (checked against its env sidecar)")
     p.add_argument("--confirm", action="store_true", help="re-measure flagged cases interleaved (needs the GPU)")
     p.add_argument("--record-missing", action="store_true", help="record base/head first if the store lacks them")
     p.add_argument("--grid", default="full", choices=("quick", "full"), help="grid for --record-missing")
@@ -206,10 +214,19 @@ def main(argv=None) -> int:
         cfg = config_mod.load(args.config)
         return args.func(args, cfg)
     except (config_mod.ConfigError, GateError, StoreError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        if os.environ.get("GITHUB_ACTIONS"):
-            print(f"::error title=mlagate {args.command}::{e}")
-        return EXIT_ERROR
+        return _error(args.command, str(e))
+    except Exception as e:  # a bug is still no verdict: exit 2, never 1 (which means "regression")
+        traceback.print_exc()
+        return _error(args.command, f"{type(e).__name__}: {e}")
+
+
+def _error(command: str, message: str) -> int:
+    from mlagate.report import workflow_command
+
+    print(f"error: {message}", file=sys.stderr)
+    if os.environ.get("GITHUB_ACTIONS"):
+        print(workflow_command("error", f"mlagate {command}", message))
+    return exits.ERROR
 
 
 if __name__ == "__main__":

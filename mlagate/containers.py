@@ -23,7 +23,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-EXIT_OK, EXIT_BUSY = 0, 1  # no engine: OSError, exit 2 (cli.EXIT_ERROR)
+from mlagate import exits
+
 PROJECT = "mlagate"
 GPU_DEVICE_PATHS = ("/dev/kfd", "/dev/dri", "/dev/nvidia")
 
@@ -177,10 +178,10 @@ def run(args, cfg) -> int:
             busy.append(f"GPU {gpu} memory")
     if not busy:
         print("GPUs idle")
-        return EXIT_OK
+        return exits.OK
     if args.allow_busy:
         print(f"GPU busy ({', '.join(busy)}); going on because of --allow-busy")
-        return EXIT_OK
+        return exits.OK
     hint = "--stop-stale stops this project's containers" if stale_left else "rocm-smi / nvidia-smi show the processes"
     print(f"GPU busy: {', '.join(busy)} ({hint}; --allow-busy goes on anyway)")
-    return EXIT_BUSY
+    return exits.BUSY

@@ -12,14 +12,15 @@ of recent main-branch results is a warning. Anything missing or broken is an
 error: the gate never passes by default.
 """
 
+import math
 from dataclasses import dataclass, field
 
-from mlagate import stats
+from mlagate import exits, stats
 from mlagate.config import Config, Platform, case_label
 from mlagate.store import BENCH_RATIO, BENCH_TIME, CommitResults, ok_value
 
 PASS, REGRESSION, ERROR = "pass", "regression", "error"
-EXIT = {PASS: 0, REGRESSION: 1, ERROR: 2}
+EXIT = {PASS: exits.OK, REGRESSION: exits.REGRESSION, ERROR: exits.ERROR}
 
 
 @dataclass
@@ -37,6 +38,7 @@ class CaseVerdict:
     flagged: bool = False  # slower than base beyond the screen: re-measure interleaved to decide
     over_threshold: bool = False  # the stored results alone break a rule
     below_floor: bool = False  # vendor ratio under the floor in head's own run: fails outright
+    ratio_dropped: bool = False  # vendor ratio fell more than max_drop below base's
     confirmation: dict | None = None  # {"change", "p_value", "agrees"}
 
     @property
@@ -72,12 +74,23 @@ def is_slower(base, head, threshold: float, alpha: float) -> bool:
     return _past(stats.median_ratio(base, head) - 1, stats.slower_p_value(base, head), threshold, alpha)
 
 
+def _positive(values) -> bool:
+    """Every value a finite number > 0 (times, ratios): NaN would pass every comparison below."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+               for v in values)
+
+
 def _latency(cv: CaseVerdict, base, head, cfg: Config):
     g = cfg.gate
     if not base.samples or not head.samples:
         which = "base" if not base.samples else "head"
         cv.reasons.append(f"no raw samples in the {which} results (record with asv run --record-samples; "
                           "`mlagate record` does)")
+        cv.status = ERROR
+        return
+    bad = [which for which, e in (("base", base), ("head", head)) if not _positive(e.samples)]
+    if bad:
+        cv.reasons.append(f"{bad[0]} samples are not all finite times > 0")
         cv.status = ERROR
         return
     if min(len(base.samples), len(head.samples)) < g.min_samples:
@@ -109,6 +122,10 @@ def _ratio(cv: CaseVerdict, base_ratio, head_ratio, rule, platform: Platform):
         cv.reasons.append(f"no vendor ratio in the head results: {vendor} was not measured at this point "
                           f"(skipped, failed, or its dtype is not one {vendor} takes)")
         return
+    if not _positive([r for r in (base_ratio, head_ratio) if r is not None]):
+        cv.status = ERROR
+        cv.reasons.append(f"vendor ratio not a finite number > 0 (base {base_ratio}, head {head_ratio})")
+        return
     if head_ratio < rule.floor and base_ratio is not None and base_ratio < rule.floor:
         # the gate judges the change: a gap main already has is reported; max_drop still guards it
         cv.warnings.append(f"vendor ratio {head_ratio:.2f} below the floor {rule.floor:.2f}, as on base "
@@ -117,7 +134,7 @@ def _ratio(cv: CaseVerdict, base_ratio, head_ratio, rule, platform: Platform):
         cv.below_floor = True
         cv.reasons.append(f"vendor ratio {head_ratio:.2f} below the floor {rule.floor:.2f}")
     if base_ratio is not None and head_ratio < base_ratio * (1 - rule.max_drop):
-        cv.flagged = cv.over_threshold = True
+        cv.flagged = cv.over_threshold = cv.ratio_dropped = True
         cv.reasons.append(f"vendor ratio dropped {1 - head_ratio / base_ratio:.1%} "
                           f"({base_ratio:.3f} → {head_ratio:.3f}; max drop {rule.max_drop:.0%})")
 
@@ -142,9 +159,7 @@ def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config, rule):
     change = stats.median_ratio(base_s, head_s) - 1
     p = stats.slower_p_value(base_s, head_s)
     # A ratio drop is confirmed by the slowdown its own rule allows.
-    threshold = cfg.gate.threshold
-    if any("vendor ratio dropped" in r for r in cv.reasons):
-        threshold = min(threshold, rule.max_drop)
+    threshold = min(cfg.gate.threshold, rule.max_drop) if cv.ratio_dropped else cfg.gate.threshold
     agrees = _past(change, p, threshold, cfg.gate.alpha)
     cv.confirmation = {"change": change, "p_value": p, "agrees": agrees, "samples": (len(base_s), len(head_s))}
     if not agrees:
@@ -194,7 +209,10 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
                    rule, cfg.platform(platform))
         if cv.flagged and cv.status == PASS:
             confirmation = (confirmations or {}).get(key)
-            if confirmation is not None:
+            if confirmation is not None and not all(s and _positive(s) for s in confirmation):
+                cv.status = ERROR
+                cv.reasons.append("the interleaved re-measure gave no samples or samples that are not finite times > 0")
+            elif confirmation is not None:
                 cv.status = REGRESSION if _apply_confirmation(cv, confirmation, cfg, rule) else PASS
             elif cv.over_threshold:
                 cv.status = REGRESSION

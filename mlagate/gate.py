@@ -53,26 +53,14 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     store = Store(results)
     base_commit, head_commit = commit_of(base_rev), commit_of(head_rev)
     machine = pick_machine(store, machine)
-    loaded = {}
-    for name, commit in (("base", base_commit), ("head", head_commit)):
-        found = store.load(machine, commit)
-        if found is None and record_missing:
-            from mlagate.recorder import record
-
-            echo(f"{name} {commit[:8]} has no results on '{machine}': recording it now")
-            record(commit, results=results, machine=machine, grid=grid, echo=echo)
-            found = store.load(machine, commit)
-        if found is None:
-            unreadable = "".join(f"; unreadable: {p}" for p in store.problems)
-            raise GateError(f"no {name} results for {commit[:8]} on machine '{machine}' in {results}{unreadable}. "
-                            f"Run: mlagate record --rev {commit} --machine {machine} --results {results} "
-                            f"(or add --record-missing to the gate)")
-        loaded[name] = found
-    env = store.read_sidecar(machine, head_commit, "env") or {}
-    platform = platform or env.get("platform")
-    if platform not in cfg.platforms:
-        raise GateError(f"unknown platform for head {head_commit[:8]}: no env sidecar names it; pass --platform "
-                        f"({' or '.join(cfg.platforms)})")
+    sides = (("base", base_commit), ("head", head_commit))
+    for name, commit in sides:  # both, and head's env sidecar, before --record-missing writes anything
+        store.load(machine, commit)
+        refuse_corrupt(store, name, commit)
+    if store.load(machine, head_commit) is not None:
+        head_platform(store, machine, head_commit, platform, cfg)
+    loaded = {name: load_commit(store, machine, name, commit, record_missing, grid, echo) for name, commit in sides}
+    platform, arch = head_platform(store, machine, head_commit, platform, cfg)
     history = [r for r in main_history(store, machine, base_commit, cfg.gate.drift_lookback)
                if r.commit != head_commit]
     verdict = decide.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history)
@@ -90,8 +78,53 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
         verdict.warnings.append("flagged cases were not re-measured interleaved (run the gate with --confirm "
                                 "on the GPU host to rule out run-to-run noise)")
     decide.add_build_findings(verdict, build_findings(store, machine, base_commit, head_commit, cfg, verdict.warnings))
-    verdict.warnings += [f"skipped unreadable results: {p}" for p in store.problems]
-    return write_outputs(verdict, loaded["head"], out_dir, cfg, arch=(env.get("start") or {}).get("arch"))
+    verdict.warnings += [f"skipped unreadable results: {p}" for p in store.problems]  # of other commits: drift only
+    return write_outputs(verdict, loaded["head"], out_dir, cfg, arch=arch)
+
+
+def refuse_corrupt(store: Store, name: str, commit: str):
+    """A corrupt file of a commit being gated is an error, never skipped: it may hold the very
+    cases that decide, and a record over it would be refused (the store is append-only)."""
+    corrupt = store.problems_of(commit)
+    if corrupt:
+        raise GateError(f"{corrupt[0].path}: corrupt results file of {name} {commit[:8]} ({corrupt[0].reason}). "
+                        "The gate neither skips nor records over it: restore it from the results branch, or "
+                        "remove it by hand and record the commit again")
+
+
+def load_commit(store: Store, machine: str, name: str, commit: str, record_missing: bool, grid: str, echo):
+    """One side's results, recorded first with ``record_missing``."""
+    found = store.load(machine, commit)
+    if found is None and record_missing:
+        from mlagate.recorder import record
+
+        echo(f"{name} {commit[:8]} has no results on '{machine}': recording it now")
+        record(commit, results=store.root, machine=machine, grid=grid, echo=echo)
+        found = store.load(machine, commit)
+        refuse_corrupt(store, name, commit)
+    if found is None:
+        raise GateError(f"no {name} results for {commit[:8]} in {store.root / machine}. "
+                        f"Run: mlagate record --rev {commit} --machine {machine} --results {store.root} "
+                        f"(or add --record-missing to the gate)")
+    return found
+
+
+def head_platform(store: Store, machine: str, head: str, given: str | None, cfg: Config) -> tuple:
+    """(platform, arch) from head's env sidecar, which every record writes: without it the
+    gate cannot know what head was measured on. ``given`` (--platform) must agree with it."""
+    path = store.sidecar_path(machine, head, "env")
+    env = store.read_sidecar(machine, head, "env", strict=True)
+    if env is None:
+        raise GateError(f"{path}: missing; every `mlagate record` writes it, and without it the gate cannot "
+                        "tell the platform and GPU head was measured on: restore it from the results branch")
+    platform, start = env.get("platform"), env.get("start", {})
+    if not isinstance(platform, str) or platform not in cfg.platforms:
+        raise GateError(f"{path}: platform {platform!r:.40} is not one of {', '.join(cfg.platforms)}")
+    if given and given != platform:
+        raise GateError(f"{path}: head was measured on {platform}, not on --platform {given}")
+    if not isinstance(start, dict) or not isinstance(start.get("arch"), (str, type(None))):
+        raise GateError(f"{path}: start.arch must be an architecture name, got {start!r:.60}")
+    return platform, start.get("arch")
 
 
 def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config, warnings: list) -> list:
@@ -99,13 +132,19 @@ def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config
     found = []
     for target in resources.DEFAULT_TARGETS:
         kind = resources.sidecar_kind(target)
-        base_report, head_report = store.read_sidecar(machine, base, kind), store.read_sidecar(machine, head, kind)
+        base_report = store.read_sidecar(machine, base, kind, strict=True)
+        head_report = store.read_sidecar(machine, head, kind, strict=True)
         if head_report is None:
             if base_report is not None:
                 warnings.append(f"no {kind} report for head {head[:8]} while base has one: run "
                                 f"mlagate build --record --machine {machine} on the head commit")
             continue
-        found += resources.evaluate_build(base_report, head_report, cfg)
+        try:
+            found += resources.evaluate_build(base_report, head_report, cfg)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+            paths = [store.sidecar_path(machine, c, kind) for c, r in ((base, base_report), (head, head_report)) if r]
+            raise GateError(f"{' and '.join(map(str, paths))}: not build reports the gate can compare "
+                            f"({type(e).__name__}: {e})") from None
     return found
 
 

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from mlagate import metrics, recorder
+from mlagate import exits, metrics, recorder
 from mlagate.report import pyplot
 from mlagate.store import (BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, LEGACY_HEADS, PARAM_NAMES, Store, StoreError,
                            ok_value, results_root)
@@ -73,7 +73,7 @@ def run(args, cfg) -> int:
         print(f"warning: skipped {problem}", file=sys.stderr)
     print(f"wrote {out / 'index.html'} and {out / 'asv'}/; serve them with "
           f"`python -m http.server {PORT} --directory {out}`")
-    return 0
+    return exits.OK
 
 
 # -- asv's pages -----------------------------------------------------------------

@@ -86,18 +86,27 @@ def verdict_dict(verdict) -> dict:
     return d
 
 
+def workflow_command(kind: str, title: str, message: str) -> str:
+    """``::error title=T::M`` for GitHub: the runner reads one line per command and splits
+    properties at ',' and ':', so those are percent-encoded as its toolkit does (%25 first)."""
+    def data(text):
+        return str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+    return f"::{kind} title={data(title).replace(':', '%3A').replace(',', '%2C')}::{data(message)}"
+
+
 def annotations(verdict) -> list:
     """GitHub workflow commands: one ::error:: per failing case or error."""
-    out = [f"::error title=perf gate error::{e}" for e in verdict.errors]
+    out = [workflow_command("error", "perf gate error", e) for e in verdict.errors]
     for c in verdict.cases:
         if c.status in ("regression", "error"):
-            out.append(f"::error title=perf {c.status}: {c.label}::" + "; ".join(c.reasons))
-    out += [f"::error title=compiler resources ({f.target}, {f.rule})::{f.message}"
+            out.append(workflow_command("error", f"perf {c.status}: {c.label}", "; ".join(c.reasons)))
+    out += [workflow_command("error", f"compiler resources ({f.target}, {f.rule})", f.message)
             for f in verdict.build_findings if f.failed]
     for c in verdict.cases:
         for w in c.warnings:
             if w.startswith("drift"):
-                out.append(f"::warning title=perf drift: {c.label}::{w}")
+                out.append(workflow_command("warning", f"perf drift: {c.label}", w))
     return out
 
 

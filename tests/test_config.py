@@ -1,4 +1,5 @@
 import copy
+import math
 
 import pytest
 import yaml
@@ -61,3 +62,50 @@ def test_load_reports_the_file(tmp_path):
 def test_unknown_grid_name():
     with pytest.raises(config.ConfigError, match="grid.huge: no such grid"):
         config.load().grid.cases("huge", ["torch"], ["float16"])
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("section,key", [
+    (("gate", "latency"), "threshold"), (("gate", "latency"), "screen"), (("gate", "latency"), "alpha"),
+    (("gate", "drift"), "max_slowdown"), (("gate", "vendor_ratio", "cuda"), "floor"),
+    (("roofline", "sm_90"), "tflops"), (("timing",), "warmup_ms"), (("timing", "asv"), "rep_ms"),
+])
+def test_nan_and_inf_are_not_numbers_here(section, key, value):
+    """NaN passes every range check (all comparisons are false), so it is refused first."""
+    def change(raw):
+        node = raw
+        for name in section:
+            node = node[name]
+        node[key] = value
+
+    with pytest.raises(config.ConfigError, match=rf"{'.'.join(section)}.{key}: must be a finite number"):
+        parse_with(change)
+
+
+def test_an_integer_too_large_for_a_float_names_the_key():
+    with pytest.raises(config.ConfigError, match="gate.latency.threshold: must be a finite number"):
+        parse_with(lambda r: r["gate"]["latency"].update(threshold=10 ** 400))
+
+
+def test_arch_names_must_be_strings():
+    with pytest.raises(config.ConfigError, match="roofline.90: keys must be names"):
+        parse_with(lambda r: r["roofline"].update({90: {"tflops": 1.0, "tbps": 1.0}}))
+
+
+def test_a_duplicate_key_names_the_key_and_its_line(tmp_path):
+    text = config.DEFAULT_PATH.read_text().replace("    alpha: 0.01\n", "    alpha: 0.01\n    alpha: 0.5\n")
+    line = text.splitlines().index("    alpha: 0.5") + 1
+    path = tmp_path / "perf.yml"
+    path.write_text(text)
+    with pytest.raises(config.ConfigError, match=rf"{path}: gate.latency.alpha: duplicate key at line {line} "
+                                                 rf"\(first at line {line - 1}\)"):
+        config.load(path)
+
+
+def test_yaml_reads_as_safe_load_otherwise():
+    text = "a: &x {p: 1, q: [1, 2]}\nb: {<<: *x, p: 2}\nc: .nan\nd: 2024-01-02\n"
+    loaded = yaml.load(text, Loader=config._UniqueKeyLoader)
+    expected = yaml.safe_load(text)
+    assert math.isnan(loaded.pop("c")) and math.isnan(expected.pop("c"))
+    assert loaded == expected and loaded["b"] == {"p": 2, "q": [1, 2]}
+    assert yaml.load(config.DEFAULT_PATH.read_text(), Loader=config._UniqueKeyLoader) == RAW

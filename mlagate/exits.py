@@ -1,0 +1,15 @@
+"""Exit codes of every mlagate command, in one place.
+
+0 and 2 mean the same for every command: done, or could not decide (bad input, a
+missing or corrupt file, a config value out of range, an unexpected exception: the
+tools fail closed). 1 means that the one check a command makes did not pass; that
+check differs per command, so each meaning has its own name here. For the gate, 1
+means "regression" and nothing else.
+"""
+
+OK = 0
+REGRESSION = 1  # gate: head is slower or breaks a rule; build: a compiler-resource rule failed
+FAILED_CASES = 1  # bench: at least one case failed to run (crashed or gave a wrong result)
+BUSY = 1  # gpus: a container or another process holds the GPU
+OFF_TARGET = 1  # calibrate: the detection curve misses its targets at 0% or 5% slowdown
+ERROR = 2
