@@ -3,12 +3,18 @@
 ``asv run --python=same --set-commit-hash C --machine M --record-samples`` on an
 ``existing`` environment: asv neither builds nor installs, it runs the
 benchmarks of the source tree it is pointed at. For a commit other than the
-checked-out one, that tree is a temporary git worktree of the commit. The
-run's environment (GPU, clocks before and after, versions) and asv's log are
-written as sidecars. A commit already recorded on this machine is refused:
-the store is append-only.
+checked-out one, that tree is a git worktree of the commit.
+
+A record refuses to start without a GPU (its results would all be skipped, and
+the append-only store would keep them). It holds the store's lock from start to
+finish and works in a private tree under ``<repo>/.asv/records``: asv writes its
+results into a staging results directory there, the run's environment (GPU,
+clocks, versions) and asv's log go beside them as sidecars, and only when all of
+that succeeded does ``store.install_record`` move the new files into the store,
+all or nothing. A commit already recorded on this machine is refused.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -19,24 +25,33 @@ from pathlib import Path
 
 from mlagate import measure
 from mlagate.config import ROOT
-from mlagate.store import Store, StoreError
+from mlagate.store import Store, StoreError, install_record, recover, store_lock
 
 REPO = ROOT
 
 
-def git(*args, repo=REPO) -> str:
+def git(*args, repo=None) -> str:
+    repo = repo or REPO  # looked up per call: tests point REPO at a clone
     out = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), *args], capture_output=True, text=True)
     if out.returncode != 0:
         raise ValueError(f"git {' '.join(args)}: {out.stderr.strip()}")
     return out.stdout.strip()
 
 
-def resolve(rev: str, repo=REPO) -> str:
+def resolve(rev: str, repo=None) -> str:
     return git("rev-parse", "--verify", f"{rev}^{{commit}}", repo=repo)
 
 
 def _is_checked_out(commit: str, repo) -> bool:
     return resolve("HEAD", repo) == commit and not git("status", "--porcelain", "--untracked-files=no", repo=repo)
+
+
+def gpu_available() -> bool:
+    """torch's answer in the recording process. A function of its own so that a CPU test can
+    stand in for it: it runs here, before asv starts, so nothing in asv needs a test switch."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def asv_config(source: Path, results: Path, html: Path) -> dict:
@@ -49,56 +64,113 @@ def asv_config(source: Path, results: Path, html: Path) -> dict:
 def record(rev: str, *, results: Path, machine: str, grid: str = "full", dtypes=None, impls=None,
            bench_regex: str | None = None, echo=print) -> Path:
     """Record ``rev`` into the store at ``results``; returns the asv results file."""
-    commit = resolve(rev)
     results = Path(results).resolve()  # asv reads a relative results_dir against its config file's folder
-    store = Store(results)
-    if store.load(machine, commit) is not None:
+    if not gpu_available():
+        raise ValueError(f"no GPU: torch.cuda.is_available() is False in this process; mlagate record measures "
+                         f"on a CUDA or ROCm GPU and stored nothing in {results}")
+    commit = resolve(rev)
+    _refuse_recorded(results, machine, commit)  # before the lock: a refusal writes nothing
+    with store_lock(results, echo=echo):
+        recover(results)
+        _remove_dead_trees(results)
+        _refuse_recorded(results, machine, commit)  # again: a record we waited for may have stored it
+        tree = Path(tempfile.mkdtemp(prefix=_tree_prefix(results), dir=_trees()))
+        try:
+            staging = _run_asv(tree, commit, machine, grid, dtypes, impls, bench_regex, echo)
+            return install_record(staging, results, machine)
+        finally:
+            _remove_tree(tree)
+
+
+def _refuse_recorded(results: Path, machine: str, commit: str):
+    if Store(results).load(machine, commit) is not None:
         raise StoreError(f"{results / machine}: {commit[:8]} is already recorded on '{machine}'; "
                          "the store is append-only (record a new commit)")
-    workdir = Path(tempfile.mkdtemp(prefix="mlagate-record-"))
-    try:
-        source = REPO
-        if not _is_checked_out(commit, REPO):
-            source = workdir / "src"
-            git("worktree", "add", "--detach", str(source), commit)
-        conf_path = workdir / "asv.conf.json"
-        conf_path.write_text(json.dumps(asv_config(source, results, workdir / "html"), indent=1))
-        env = dict(os.environ)
-        # asv drops PYTHONPATH for benchmark processes unless given as ASV_PYTHONPATH.
-        env["ASV_PYTHONPATH"] = os.pathsep.join(p for p in (str(source), env.get("PYTHONPATH", "")) if p)
-        env["MLAGATE_CONFIG"] = str(source / "perf.yml")
-        env["MLAGATE_GRID"] = grid
-        if dtypes:
-            env["MLAGATE_DTYPES"] = ",".join(dtypes)
-        if impls:
-            env["MLAGATE_IMPLS"] = ",".join(impls)
-        asv = [sys.executable, "-m", "asv"]
-        subprocess.run([*asv, "machine", "--machine", machine, "--yes", "--config", str(conf_path)], env=env,
-                       check=True, capture_output=True)
-        start = measure.environment()
-        # forkserver: asv imports the suite once and forks a process per case (asv_suite.preload).
-        cmd = [*asv, "run", "--python=same", "--set-commit-hash", commit, "--machine", machine, "--record-samples",
-               "--launch-method", "forkserver", "--show-stderr", "--config", str(conf_path)]
-        if bench_regex:
-            cmd += ["--bench", bench_regex]
-        echo(f"$ {' '.join(cmd)}")
-        log = []
-        with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              cwd=source) as proc:
-            for line in proc.stdout:
-                log.append(line)
-                echo(line.rstrip())
-        end = measure.environment()
-        store.write_sidecar(machine, commit, "asv-log", {"command": cmd, "exit_code": proc.returncode,
-                                                          "log": "".join(log)[-200_000:]})
-        store.write_sidecar(machine, commit, "env", {"start": start, "end": end, "grid": grid, "dtypes": dtypes,
-                                                     "impls": impls, "platform": start["platform"]})
-        found = store.load(machine, commit)
-        if found is None:
-            raise StoreError(f"asv wrote no results for {commit[:8]} under {results / machine} "
-                             f"(exit code {proc.returncode}); see the asv-log sidecar")
-        return Path(found.paths[0])
-    finally:
-        if (workdir / "src").exists():
-            git("worktree", "remove", "--force", str(workdir / "src"))
-        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# -- the record's private tree ------------------------------------------------------
+
+def _trees() -> Path:
+    """Where records work: a fixed place beside the repository (ignored by git), not in the
+    store (asv walks every folder under a results directory) and not a per-container /tmp, so
+    that the next record finds what a killed one left."""
+    path = REPO / ".asv" / "records"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _tree_prefix(results: Path) -> str:
+    return f"mlagate-record-{hashlib.sha1(str(results).encode()).hexdigest()[:10]}-"
+
+
+def _remove_dead_trees(results: Path):
+    """Trees of this store's earlier records. Called with the store lock held, so their records
+    are over: a live one would hold the lock. Then drop the git worktrees they registered."""
+    for tree in _trees().glob(_tree_prefix(results) + "*"):
+        shutil.rmtree(tree, ignore_errors=True)
+    git("worktree", "prune")
+
+
+def _remove_tree(tree: Path):
+    shutil.rmtree(tree, ignore_errors=True)
+    git("worktree", "prune")  # unregisters the commit's worktree, if the record made one
+
+
+# -- asv ---------------------------------------------------------------------------
+
+def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, echo) -> Path:
+    """asv and the sidecars, into the staging results directory ``tree/results``; returns it."""
+    source = REPO
+    if not _is_checked_out(commit, REPO):
+        source = tree / "src"
+        git("worktree", "add", "--detach", str(source), commit)
+    staging = tree / "results"
+    conf_path = tree / "asv.conf.json"
+    conf_path.write_text(json.dumps(asv_config(source, staging, tree / "html"), indent=1))
+    env = _asv_env(source, grid, dtypes, impls)
+    asv = [sys.executable, "-m", "asv"]
+    out = subprocess.run([*asv, "machine", "--machine", machine, "--yes", "--config", str(conf_path)], env=env,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise ValueError(f"asv machine --machine {machine} failed: {(out.stderr or out.stdout).strip()[-2000:]}")
+    start = measure.environment()
+    # forkserver: asv imports the suite once and forks a process per case (asv_suite.preload).
+    cmd = [*asv, "run", "--python=same", "--set-commit-hash", commit, "--machine", machine, "--record-samples",
+           "--launch-method", "forkserver", "--show-stderr", "--config", str(conf_path)]
+    if bench_regex:
+        cmd += ["--bench", bench_regex]
+    code, log = _stream(cmd, env, source, echo)
+    end = measure.environment()
+    staged = Store(staging)
+    if staged.load(machine, commit) is None:
+        raise StoreError(f"asv wrote no results for {commit[:8]} (exit code {code}; its log is above); "
+                         "nothing was stored")
+    staged.write_sidecar(machine, commit, "asv-log", {"command": cmd, "exit_code": code, "log": log[-200_000:]})
+    staged.write_sidecar(machine, commit, "env", {"start": start, "end": end, "grid": grid, "dtypes": dtypes,
+                                                  "impls": impls, "platform": start["platform"]})
+    return staging
+
+
+def _asv_env(source: Path, grid, dtypes, impls) -> dict:
+    env = dict(os.environ)
+    # asv drops PYTHONPATH for benchmark processes unless given as ASV_PYTHONPATH.
+    env["ASV_PYTHONPATH"] = os.pathsep.join(p for p in (str(source), env.get("PYTHONPATH", "")) if p)
+    env["MLAGATE_CONFIG"] = str(source / "perf.yml")
+    env["MLAGATE_GRID"] = grid
+    if dtypes:
+        env["MLAGATE_DTYPES"] = ",".join(dtypes)
+    if impls:
+        env["MLAGATE_IMPLS"] = ",".join(impls)
+    return env
+
+
+def _stream(cmd, env, cwd, echo) -> tuple:
+    """Run cmd, echoing its output as it comes; (exit code, output)."""
+    echo(f"$ {' '.join(cmd)}")
+    log = []
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          cwd=cwd) as proc:
+        for line in proc.stdout:
+            log.append(line)
+            echo(line.rstrip())
+    return proc.returncode, "".join(log)

@@ -1,13 +1,17 @@
-"""The asv suite on a CPU: discovered, recordable (every case skipped with its
-reason), and the store refuses to record a commit twice."""
+"""The asv suite on a CPU: discovered; a record refuses without a GPU, runs through asv when
+the GPU check stands aside (every case skipped with its reason), and the store refuses to record
+a commit twice."""
 
 import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
-from mlagate import cli
-from mlagate.recorder import REPO, resolve
+import pytest
+
+from mlagate import cli, recorder
+from mlagate.recorder import REPO
 from mlagate.store import BENCH_TIME, Store
 
 
@@ -46,23 +50,67 @@ def test_each_platform_measures_the_dtypes_its_vendor_takes(monkeypatch):
     assert {c.dtype for c in asv_suite.cases()} == {"bfloat16", "float16"}
 
 
-def test_record_on_a_cpu_writes_skips_and_refuses_a_second_record(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path.parent)  # a relative --results, as `make bench` passes it
+@pytest.fixture
+def clone(tmp_path, monkeypatch):
+    """Record in a clone of this repository: a record adds and prunes git worktrees, and this
+    checkout is not the tests' to change. HOME: `asv machine` writes ~/.asv-machine.json."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
+    monkeypatch.setattr(recorder, "REPO", repo)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return repo
+
+
+def files(root) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_record_without_a_gpu_refuses_before_writing_anything(tmp_path, capsys, monkeypatch, clone):
+    """All-skipped results would stay in the append-only store for good, and block the commit."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the check itself, on any host
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "kept.txt").write_text("as it was")
     args = ["record", "--rev", "HEAD", "--machine", "cpu-test", "--grid", "quick", "--impl", "torch",
-            "--impl", "aiter", "--results", tmp_path.name]
+            "--results", str(results)]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "no GPU" in err and str(results) in err
+    assert files(results) == {"kept.txt": b"as it was"}
+    assert not (clone / ".asv" / "records").exists()
+
+
+def test_record_on_a_cpu_through_asv_then_refuses_a_second_record(tmp_path, capsys, monkeypatch, clone):
+    """The whole asv path, on a CPU: the GPU check (in this process, before asv starts) stands
+    aside and the suite skips every case with its reason."""
+    monkeypatch.setattr(recorder, "gpu_available", lambda: True)
+    store_dir = tmp_path / "store"
+    store_dir.mkdir()
+    monkeypatch.chdir(tmp_path)  # a relative --results, as `make bench` passes it
+    args = ["record", "--rev", "HEAD", "--machine", "cpu-test", "--grid", "quick", "--impl", "torch",
+            "--impl", "aiter", "--results", "store"]
     assert cli.main(args) == 0
-    head = Store(tmp_path).load("cpu-test", resolve("HEAD"))
+    head = Store(store_dir).load("cpu-test", recorder.resolve("HEAD"))
     entries = head.entries(BENCH_TIME)
     assert set(entries) == {(i, b, 4096, "float16", 16) for i in ("torch", "aiter") for b in (64, 128)}
     assert all(e.status == "skipped" for e in entries.values())
-    env = Store(tmp_path).read_sidecar("cpu-test", head.commit, "env")
+    env = Store(store_dir).read_sidecar("cpu-test", head.commit, "env")
     assert env["grid"] == "quick" and "start" in env and "end" in env
-    log = Store(tmp_path).read_sidecar("cpu-test", head.commit, "asv-log")["log"]
+    log = Store(store_dir).read_sidecar("cpu-test", head.commit, "asv-log")["log"]
     assert "no CUDA or ROCm GPU is visible to torch" in log
+    assert not math.isnan(head.date)
+    recorded = files(store_dir)
+    assert sorted(recorded) == sorted(["benchmarks.json", "cpu-test/machine.json", ".mlagate.lock",
+                                       f"cpu-test/{head.commit[:8]}-asv-log.sidecar",
+                                       f"cpu-test/{head.commit[:8]}-env.sidecar",
+                                       str(Path(head.paths[0]).relative_to(store_dir.resolve()))])
+    assert list((clone / ".asv" / "records").iterdir()) == []  # the record's tree is gone
     capsys.readouterr()
     assert cli.main(args) == 2
     assert "already recorded" in capsys.readouterr().err
-    assert not math.isnan(head.date)
+    assert files(store_dir) == recorded
 
 
 def test_the_suite_imports_without_touching_the_gpu():

@@ -1,11 +1,12 @@
 import json
+import math
 import subprocess
 
 import pytest
 
 import gate_fixtures as fx
 from mlagate import store as store_mod
-from mlagate.store import BENCH_TFLOPS, BENCH_TIME, Store, StoreError
+from mlagate.store import BENCH_TFLOPS, BENCH_TIME, Store, StoreError, parse_results_file
 
 
 def test_reads_real_asv_results_with_samples():
@@ -35,6 +36,79 @@ def test_corrupt_files_are_reported_skipped_and_kept(tmp_path, damage):
     assert set(found) == {fx.BASE, fx.DOCS}
     assert [p.path for p in s.problems] == [str(path)]
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("samples,message", [
+    (lambda s: [math.nan] * len(s), "sample 0 of .* is nan, not a positive finite number"),
+    (lambda s: [0.0] * len(s), "sample 0 of .* is 0.0"),
+    (lambda s: [str(x) for x in s], "sample 0 of .* is '0.000"),
+    (lambda s: [*s[:-1], None], "is None"),
+    (lambda s: "1e-4", "samples must be a list"),
+])
+def test_invalid_samples_name_the_file_and_the_case(tmp_path, samples, message):
+    root = fx.copy_store(tmp_path)
+    fx.edit(root, fx.DOCS, BENCH_TIME, fx.HOPPER_64, lambda v, s: (v, samples(s)))
+    path = fx.results_file(root, fx.DOCS)
+    with pytest.raises(StoreError, match=message) as raised:
+        parse_results_file(path)
+    assert str(raised.value).startswith(f"{path}: not a valid asv results file: {BENCH_TIME} "
+                                        "tilelang-hopper h=128 b=64 s=4096 float16: ")
+
+
+@pytest.mark.parametrize("value", [math.inf, 0.0, -1.0, "1.6e-4", True, [1.6e-4]])
+def test_a_value_must_be_a_positive_finite_number(tmp_path, value):
+    root = fx.copy_store(tmp_path)
+    fx.edit(root, fx.BASE, BENCH_TFLOPS, ("flash_mla", 128, 4096, "float16", 128), lambda v, s: (value, s))
+    with pytest.raises(StoreError, match=f"{BENCH_TFLOPS} flash_mla h=128 b=128 s=4096 float16: value"):
+        parse_results_file(fx.results_file(root, fx.BASE))
+
+
+def test_infinity_anywhere_is_refused(tmp_path):
+    root = fx.copy_store(tmp_path)
+    path = fx.results_file(root, fx.BASE)
+    path.write_text(path.read_text().replace('"durations": {', '"durations": {"x": 1e999, ', 1))
+    with pytest.raises(StoreError, match=r"durations.x: an infinite number"):
+        parse_results_file(path)
+
+
+def test_a_problem_belongs_to_the_commit_its_file_is_named_for(tmp_path):
+    root = fx.copy_store(tmp_path)
+    path = fx.results_file(root, fx.SLOW)
+    path.write_text("{")
+    s = Store(root)
+    s.load_all("h200")
+    assert [p.path for p in s.problems_of(fx.SLOW)] == [str(path)] and s.problems_of(fx.BASE) == []
+
+
+def test_a_case_in_two_files_of_one_commit_is_a_problem(tmp_path):
+    root = fx.copy_store(tmp_path)
+    path = fx.results_file(root, fx.DOCS)
+    twin = path.with_name(f"{fx.DOCS[:8]}-other-env.json")
+    twin.write_bytes(path.read_bytes())
+    s = Store(root)
+    assert s.load("h200", fx.DOCS).paths == [str(path)]
+    assert s.problems_of(fx.DOCS)[0].path == str(twin) and "is also in" in s.problems[0].reason
+
+
+def test_results_without_machine_json_are_an_error_but_sidecars_alone_are_not(tmp_path):
+    root = fx.copy_store(tmp_path)
+    (root / "h200" / "machine.json").unlink()
+    with pytest.raises(StoreError, match=f"{root / 'h200' / 'machine.json'}: missing"):
+        Store(root).load("h200", fx.BASE)
+    Store(tmp_path / "new").write_sidecar("m", "a" * 40, "build-cuda-sm_90a", {"x": 1})  # build --record first
+    assert Store(tmp_path / "new").load("m", "a" * 40) is None
+
+
+def test_a_sidecar_must_be_a_json_object(tmp_path):
+    s = Store(tmp_path)
+    path = s.sidecar_path("m", "c" * 40, "env")
+    path.parent.mkdir(parents=True)
+    for text in ("[]", '"cuda"', "null", '{"x": Infinity}', "\ufffd"):
+        path.write_text(text)
+        assert s.read_sidecar("m", "c" * 40, "env") is None
+        with pytest.raises(StoreError, match=f"{path}: corrupt sidecar"):
+            s.read_sidecar("m", "c" * 40, "env", strict=True)
+    assert len(s.problems) == 5
 
 
 def test_unknown_machine_is_named(tmp_path):
@@ -76,3 +150,80 @@ def test_results_branch_round_trip(tmp_path):
     git(tmp_path, "clone", "-q", str(origin), str(fresh))
     again = store_mod.checkout_branch(fresh, "perf-results", tmp_path / "second")
     assert (again / "results" / "r.json").read_text() == "{}"
+
+
+# -- issue 14: whole files, one writer, history that keeps growing -------------------
+
+def test_a_sidecar_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    s = Store(tmp_path)
+    path = s.write_sidecar("m", "a" * 40, "env", {"x": 1})
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporary file left
+    assert json.loads(path.read_text()) == {"x": 1}
+
+    def crash(src, dst):  # the moment the complete temporary file would be linked into place
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(store_mod.os, "link", crash)
+    with pytest.raises(OSError, match="disk gone"):
+        s.write_sidecar("m", "b" * 40, "env", {"x": 2})
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def _branch(tmp_path):
+    origin, work = tmp_path / "origin.git", tmp_path / "work"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(tmp_path, "init", "-q", str(work))
+    git(work, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "init")
+    git(work, "remote", "add", "origin", str(origin))
+    branch = store_mod.checkout_branch(work, "perf-results", tmp_path / "branch")
+    git(branch, "config", "user.email", "ci@x")
+    git(branch, "config", "user.name", "ci")
+    return branch
+
+
+def _committed(branch):
+    out = subprocess.run(["git", "-C", str(branch), "ls-files"], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_the_results_branch_takes_what_asv_rewrites_and_refuses_the_rest(tmp_path):
+    branch = _branch(tmp_path)
+    root = branch / "results"
+    s = Store(root)
+    s.write_sidecar("m", "a" * 40, "env", {"x": 1})  # leaves the store's lock file behind
+    (root / "benchmarks.json").write_text('{"v": 1}')
+    (root / "m" / "machine.json").write_text('{"machine": "m"}')
+    (root / "m" / "aaaaaaaa-existing.json").write_text("{}")
+    assert store_mod.commit_branch(branch, "one", push=False) is True
+    assert _committed(branch) == ["results/benchmarks.json", "results/m/aaaaaaaa-env.sidecar",
+                                  "results/m/aaaaaaaa-existing.json", "results/m/machine.json"]
+    # The next record: asv rewrote benchmarks.json and machine.json (its benchmark code changed).
+    (root / "benchmarks.json").write_text('{"v": 2}')
+    (root / "m" / "machine.json").write_text('{"machine": "m", "ram": 1}')
+    (root / "m" / "bbbbbbbb-existing.json").write_text("{}")
+    assert store_mod.commit_branch(branch, "two", push=False) is True
+    assert "results/m/bbbbbbbb-existing.json" in _committed(branch)
+    for damage in (lambda: (root / "m" / "aaaaaaaa-existing.json").write_text('{"x": 1}'),
+                   lambda: (root / "m" / "aaaaaaaa-existing.json").unlink(),
+                   lambda: (root / "m" / "aaaaaaaa-env.sidecar").unlink()):
+        damage()
+        with pytest.raises(StoreError, match=r"results/m/aaaaaaaa-.*: modified, not only added"):
+            store_mod.commit_branch(branch, "rewrite", push=False)
+        git(branch, "checkout", "--", ".")
+
+
+def test_pushing_finishes_an_install_a_killed_record_left(tmp_path):
+    """A record killed while its files went in left a journal: the push completes the record
+    instead of publishing half of it (which a fresh checkout could never complete)."""
+    branch = _branch(tmp_path)
+    root = branch / "results"
+    staging = tmp_path / "staging"
+    Store(staging).write_sidecar("m", "c" * 40, "env", {"x": 1})
+    (staging / "m" / "cccccccc-existing.json").write_text('{"commit_hash": "' + "c" * 40 + '"}')
+    with store_mod.store_lock(root):
+        entries = [{"path": f"m/{p.name}", "once": True, "text": p.read_text()}
+                   for p in sorted((staging / "m").glob("c*"))]
+        store_mod.write_once(root / store_mod.JOURNAL, json.dumps({"files": entries}).encode())
+    assert store_mod.commit_branch(branch, "finished", push=False) is True
+    assert _committed(branch) == ["results/m/cccccccc-env.sidecar", "results/m/cccccccc-existing.json"]
+    assert not (root / store_mod.JOURNAL).exists()
