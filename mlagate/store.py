@@ -4,8 +4,11 @@ asv writes one JSON file per machine x commit x environment; ``asv publish``
 reads them, so they are the store of record. What asv cannot hold (the run's
 GPU, clocks and versions, the build report, asv's own log) goes in sidecars
 named ``<commit8>-<kind>.sidecar`` in the same machine folder: asv reads only
-``*.json``, so it never sees them. Nothing here edits or deletes a file; a
-corrupt or partial file is reported with its path and skipped.
+``*.json``, so it never sees them. Results are append-only: a record is staged
+elsewhere and moved in whole under the store's lock (write, fsync, link; a journal
+lets the next record finish one that was killed); only asv's own
+``benchmarks.json``/``machine.json`` are ever replaced. Readers validate every
+value and name the file and case of what they refuse.
 """
 
 import ast
