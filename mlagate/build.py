@@ -277,13 +277,9 @@ def compile_cuda(source: str, arch: str, tools: dict, timeout_s: int = 600) -> d
         cmd = nvcc_command(tools, arch, cu, cubin)
         if tools["matrix_check"] == "ptx":
             cmd[1:1] = ["--keep", f"--keep-dir={tmp}"]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return {"error": f"nvcc timed out after {timeout_s} s"}
-        log = proc.stdout + proc.stderr
-        if proc.returncode != 0:
-            return _failed_compile("nvcc", proc.returncode, log)
+        log, failed = _compile("nvcc", cmd, timeout_s)
+        if failed:
+            return failed
         try:
             found = parse_ptxas(log)
         except BuildError as e:
@@ -301,9 +297,17 @@ def compile_cuda(source: str, arch: str, tools: dict, timeout_s: int = 600) -> d
     return found
 
 
-def _failed_compile(tool: str, code: int, log: str) -> dict:
-    errors = [line for line in log.splitlines() if "error" in line.lower()] or log.splitlines()[-3:]
-    return {"error": f"{tool} failed (exit {code}): {' | '.join(errors[:3])[:600]}"}
+def _compile(tool: str, cmd: list, timeout_s: int) -> tuple:
+    """(compiler output, None), or (None, {"error": text}) when it failed or timed out."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None, {"error": f"{tool} timed out after {timeout_s} s"}
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        errors = [line for line in log.splitlines() if "error" in line.lower()] or log.splitlines()[-3:]
+        return None, {"error": f"{tool} failed (exit {proc.returncode}): {' | '.join(errors[:3])[:600]}"}
+    return log, None
 
 
 # -- HIP: hipcc and clang's kernel-resource-usage remarks ------------------------
@@ -387,14 +391,9 @@ def compile_hip(source: str, arch: str, tools: dict, timeout_s: int = 600) -> di
     with tempfile.TemporaryDirectory(prefix="mlagate-build-") as tmp:
         cc = Path(tmp) / "kernel.cc"
         cc.write_text(source)
-        try:
-            proc = subprocess.run(hipcc_command(tools, arch, cc, Path(tmp) / "kernel.hsaco"), capture_output=True,
-                                  text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return {"error": f"hipcc timed out after {timeout_s} s"}
-    log = proc.stdout + proc.stderr
-    if proc.returncode != 0:
-        return _failed_compile("hipcc", proc.returncode, log)
+        log, failed = _compile("hipcc", hipcc_command(tools, arch, cc, Path(tmp) / "kernel.hsaco"), timeout_s)
+    if failed:
+        return failed
     try:
         return parse_hip_remarks(log)
     except BuildError as e:
