@@ -1,11 +1,36 @@
 """What can be known about the kernels without a GPU: lowering, reference, validation."""
 
 import math
+import re
 
 import pytest
 import torch
 
+from mlagate import harness
 from mlagate.kernels import mla_decode as m
+from test_kernel_gpu import ATOL, LSE_ATOL, RTOL  # the GPU tests' comparisons, checked here on the reference
+
+# Tensor-core instructions as called in a kernel's body (TileLang 0.1.15's code generation); the
+# headers that declare them (#include <tl_templates/cuda/instruction/mma.h>) do not count.
+MMA_CALLS = {
+    "mfma": r"__builtin_amdgcn_mfma_\w+\(",
+    "wgmma": r"\btl::wgmma_(?:ss|rs)<",
+    "mma": r"\btl::(?:mma_sync|wgmma_ss|wgmma_rs)<",
+}
+
+
+def kernel_body(source: str) -> str:
+    """Device source from the first kernel on, without preprocessor lines."""
+    body = source[source.index("__global__"):]
+    return "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("#"))
+
+
+def test_an_include_is_not_an_mma_call():
+    source = "#include <tl_templates/cuda/instruction/mma.h>\n#include <tl_templates/cuda/instruction/wgmma.h>\n" \
+             "extern \"C\" __global__ void main_kernel(float* acc_s) {\n#pragma unroll\n  acc_s[0] = 0;\n}\n"
+    assert not any(re.search(p, kernel_body(source)) for p in MMA_CALLS.values())
+    call = source.replace("acc_s[0] = 0;", "tl::mma_sync<tl::DataType::kFloat16>(acc_s);")
+    assert re.search(MMA_CALLS["mma"], kernel_body(call))
 
 
 @pytest.mark.parametrize("arch,config,marker", [
@@ -18,7 +43,8 @@ def test_configs_lower_without_a_gpu(arch, config, marker):
     cfg = m.CDNA3.with_(num_split=1) if config == "cdna3-no-split" else m.CONFIGS[config]
     source = m.lower(m.Shape(batch=64, seqlen=4096), cfg, arch)
     assert "__global__" in source
-    assert marker in source
+    # the three GEMMs of attend(): Q·KV, Q_pe·K_pe, P·KV
+    assert len(re.findall(MMA_CALLS[marker], kernel_body(source))) >= 3, marker
     if cfg.num_split > 1:  # split kernel + combine kernel
         assert source.count("__global__ void") >= 2
 
@@ -29,9 +55,32 @@ def test_fewer_heads_than_the_head_block_lower():
     assert "__global__" in source
 
 
-def test_masked_lowering_guards_the_tail():
-    source = m.lower(m.Shape(batch=2, seqlen=1000), m.CDNA3, "gfx942")
-    assert "< 1000" in source
+# The tail mask (program(): `if masked:`) sets the scores of tokens at or past seqlen to -inf before
+# the softmax. TileLang emits it as a select on the score fragment acc_s, between its own value and a
+# -inf broadcast, under a bound on the token index (simplified by the vector width: "< 250" for 1000
+# tokens in steps of 4). TileLang's own bounds check on the KV copy is a select too, but of KV and zero,
+# and it stays when the mask is removed.
+TAIL_MASK = re.compile(
+    r"float (?P<inf>\w+) = -(?:HUGE_VALF|CUDART_INF_F);\s*"
+    r"float\d (?P<sel>condval\w*);\s*"
+    r"if \([^{;]* < \d+\)+ \{\s*"
+    r"(?P=sel) = \*\(float\d\*\)\(acc_s \+ [^;]*\);\s*"
+    r"\} else \{\s*"
+    r"(?P=sel) = make_float\d\((?P=inf)(?:, (?P=inf))*\);\s*"
+    r"\}\s*"
+    r"\*\(float\d\*\)\(acc_s \+ [^;]*\) = (?P=sel);")
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "sm_90a"])
+@pytest.mark.parametrize("config", list(m.CONFIGS))
+def test_masked_lowering_sets_the_tail_scores_to_minus_infinity(arch, config):
+    cfg = m.CONFIGS[config]
+    tail = m.Shape(batch=1, seqlen=1000, heads=16)
+    assert m.plan_for_arch(tail, cfg, arch).masked
+    assert len(TAIL_MASK.findall(m.lower(tail, cfg, arch))) == 1
+    whole = m.Shape(batch=1, seqlen=1024, heads=16)  # whole tiles in every split: no mask is generated
+    assert not m.plan_for_arch(whole, cfg, arch).masked
+    assert not TAIL_MASK.search(m.lower(whole, cfg, arch))
 
 
 def test_config_chooser():
@@ -125,6 +174,46 @@ def test_reference_detects_a_wrong_answer():
     assert not torch.allclose(out.double() * 1.05, want, rtol=1e-2, atol=1e-2)
 
 
+def test_check_output_accepts_the_reference_in_the_input_dtype():
+    expected = torch.randn(2, 16, 512, generator=torch.Generator().manual_seed(0))
+    err = harness.check_output(expected.half(), expected)
+    assert 0 < err["max_abs"] < 1e-2 and 0 < err["max_rel"] < 1e-2
+    assert harness.check_output(expected.flatten(), expected)["max_abs"] == 0  # reshaped to the expected shape
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda o: o * 1.05, r"elements off by more than atol=0.01 \+ rtol=0.01"),  # softmax weights off by 5%
+    (lambda o: o.index_fill(2, torch.tensor([7]), 5.0), r"^32 of 16384 elements off"),   # one column wrong
+    (lambda o: torch.zeros_like(o), r"elements off by more than"),                 # nothing written
+    (lambda o: o.index_fill(1, torch.tensor([3]), float("nan")), r"^output has 1024 NaN/Inf elements$"),
+    (lambda o: o.index_fill(0, torch.tensor([1]), float("inf")), r"^output has 8192 NaN/Inf elements$"),
+])
+def test_check_output_refuses_a_wrong_answer(damage, message):
+    """What the harness does before timing any implementation: a wrong or unwritten output is WrongResult."""
+    inputs = m.random_inputs(m.Shape(batch=2, seqlen=64, heads=16), seed=4)
+    expected, _ = m.reference(*inputs)
+    got = m.reference(*inputs, compute_dtype=torch.float16)[0]  # torch eager in fp16: right, within tolerance
+    harness.check_output(got, expected)
+    with pytest.raises(harness.WrongResult, match=message):
+        harness.check_output(damage(got.float()).half(), expected)
+
+
+@pytest.mark.parametrize("seqlen", [64, 1000, 4096, 16384])
+def test_the_lse_comparison_catches_a_wrong_softmax_scale(seqlen):
+    """1/sqrt(512) instead of 1/sqrt(576) (the RoPE dims left out of the scale) moves lse by about 0.06,
+    under 1% of lse from about 1000 tokens on: rtol=0.01 passes it, the absolute tolerance does not."""
+    q, q_pe, kv, k_pe = m.random_inputs(m.Shape(batch=2, seqlen=seqlen, heads=16), seed=seqlen)
+    _, lse = m.reference(q, q_pe, kv, k_pe)
+    scores = torch.bmm(torch.cat([q, q_pe], -1).float(), torch.cat([kv, k_pe], -1)[:, :, 0].float().transpose(1, 2))
+    torch.testing.assert_close(torch.logsumexp(scores * 576 ** -0.5, -1), lse, rtol=0, atol=1e-5)
+    wrong = torch.logsumexp(scores * 512 ** -0.5, -1)
+    assert (wrong - lse).abs().min() > 10 * LSE_ATOL
+    if seqlen >= 1000:
+        torch.testing.assert_close(wrong, lse, rtol=RTOL, atol=ATOL)  # the output's tolerance lets it through
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(wrong, lse, rtol=0, atol=LSE_ATOL)
+
+
 def test_random_inputs_are_seeded_and_not_zero():
     shape = m.Shape(batch=2, seqlen=8, heads=4, dim=16, pe_dim=4)
     a, b, c = m.random_inputs(shape, seed=5), m.random_inputs(shape, seed=5), m.random_inputs(shape, seed=6)
@@ -160,6 +249,28 @@ def test_invalid_inputs_name_the_argument_and_rule(changes, message):
     args.update(changes(args))
     with pytest.raises(ValueError, match=message):
         m.mla_decode(**args)
+
+
+def test_valid_inputs_give_their_shape(monkeypatch):
+    """Everything check_inputs decides before the device check (which needs a GPU)."""
+    seen = []
+    monkeypatch.setattr(m, "check_device", seen.append)
+    args = good_inputs()
+    assert m.check_inputs(**args) == m.Shape(batch=2, seqlen=64, heads=16, dtype="float16", dim=32, pe_dim=8)
+    assert list(seen[0]) == ["q", "q_pe", "kv", "k_pe"] and seen[0]["kv"] is args["kv"]
+    bf16 = {k: v.bfloat16() for k, v in args.items()}
+    assert m.check_inputs(**bf16).dtype == "bfloat16"
+    one = {"q": args["q"][:1], "q_pe": args["q_pe"][:1], "kv": args["kv"][:1, :1], "k_pe": args["k_pe"][:1, :1]}
+    assert m.check_inputs(**one) == m.Shape(batch=1, seqlen=1, heads=16, dtype="float16", dim=32, pe_dim=8)
+
+
+def test_an_empty_batch_is_rejected(monkeypatch):
+    monkeypatch.setattr(m, "check_device", lambda named: None)
+    empty = {k: v[:0] for k, v in good_inputs().items()}
+    with pytest.raises(ValueError, match=r"^q: batch must be >= 1, got 0$"):
+        m.check_inputs(**empty)
+    with pytest.raises(ValueError, match=r"^k_pe: must be a torch.Tensor, got str$"):
+        m.check_inputs(**good_inputs(k_pe="not a tensor"))
 
 
 def test_bad_config_values_are_rejected():

@@ -2,6 +2,7 @@
 
 import time
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -40,3 +41,31 @@ def test_asv_clock_keeps_host_time_out():
     for _ in range(10):
         clock.run(call)
     assert clock() / 10 < HOST_MS / 2 / 1e3
+
+
+# A lower bound: torch.cuda._sleep spins for a number of GPU clock cycles, which take at least
+# cycles / clock seconds. No GPU's clock reaches MAX_CLOCK_HZ, so a timer reading less than
+# SLEEP_CYCLES / MAX_CLOCK_HZ is wrong (zeros, the wrong event pair, or the wrong unit).
+SLEEP_CYCLES = 2_000_000  # about 1 ms on an H200 at 1.98 GHz
+MAX_CLOCK_HZ = 3.5e9
+FLOOR_MS = SLEEP_CYCLES / MAX_CLOCK_HZ * 1e3  # 0.57 ms
+
+
+def sleeper(cycles):
+    return lambda: torch.cuda._sleep(cycles)
+
+
+def test_time_gpu_times_a_kernel_of_known_length():
+    kw = dict(warmup_ms=20, rep_ms=40, min_samples=10, max_samples=40)
+    short, long = time_gpu(sleeper(SLEEP_CYCLES), **kw), time_gpu(sleeper(4 * SLEEP_CYCLES), **kw)
+    assert min(short.times_ms) > FLOOR_MS, sorted(short.times_ms)[:5]
+    assert max(short.times_ms) < 100 * FLOOR_MS, sorted(short.times_ms)[-5:]  # milliseconds, not microseconds
+    ratio = np.median(long.times_ms) / np.median(short.times_ms)
+    assert 3 < ratio < 5, ratio  # four times the cycles, about four times the time
+
+
+def test_asv_clock_counts_the_kernels_time():
+    clock = EventClock(cold_l2=True)
+    for _ in range(5):
+        clock.run(sleeper(SLEEP_CYCLES))
+    assert FLOOR_MS / 1e3 < clock() / 5 < 100 * FLOOR_MS / 1e3  # seconds
