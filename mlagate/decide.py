@@ -39,6 +39,7 @@ class CaseVerdict:
     over_threshold: bool = False  # the stored results alone break a rule
     below_floor: bool = False  # vendor ratio under the floor in head's own run: fails outright
     ratio_dropped: bool = False  # vendor ratio fell more than max_drop below base's
+    drift: str | None = None  # the drift warning (head against the best recent main result), if any
     confirmation: dict | None = None  # {"change", "p_value", "agrees"}
 
     @property
@@ -149,8 +150,9 @@ def _drift(cv: CaseVerdict, history, cfg: Config):
     best = min(medians)
     slower = cv.head_median_s / best - 1
     if slower >= g.drift_max_slowdown:
-        cv.warnings.append(f"drift: {slower:.1%} slower than the best of the last {len(medians)} main results "
-                           f"({best * 1e6:.1f} µs)")
+        cv.drift = (f"drift: {slower:.1%} slower than the best of the last {len(medians)} main results "
+                    f"({best * 1e6:.1f} µs)")
+        cv.warnings.append(cv.drift)
 
 
 def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config, rule):

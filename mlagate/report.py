@@ -103,10 +103,7 @@ def annotations(verdict) -> list:
             out.append(workflow_command("error", f"perf {c.status}: {c.label}", "; ".join(c.reasons)))
     out += [workflow_command("error", f"compiler resources ({f.target}, {f.rule})", f.message)
             for f in verdict.build_findings if f.failed]
-    for c in verdict.cases:
-        for w in c.warnings:
-            if w.startswith("drift"):
-                out.append(workflow_command("warning", f"perf drift: {c.label}", w))
+    out += [workflow_command("warning", f"perf drift: {c.label}", c.drift) for c in verdict.cases if c.drift]
     return out
 
 

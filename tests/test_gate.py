@@ -145,6 +145,10 @@ def test_drift_against_recent_main_results_warns(root):
     assert verdict.outcome == "pass"
     verdict = decide.evaluate(head, head, config.load(), "cuda", history=[base, base, head])
     assert any(w.startswith("drift: ") for c in verdict.cases for w in c.warnings)
+    drifting = [c for c in verdict.cases if c.drift]
+    warnings = [a for a in report.annotations(verdict) if a.startswith("::warning")]
+    assert drifting and len(warnings) == len(drifting)
+    assert all("perf drift" in a and "slower than the best of the last" in a for a in warnings)
 
 
 # -- through the command line ----------------------------------------------------
