@@ -59,3 +59,24 @@ def test_longest_first_sharding_balances_gpus():
     loads = [sum(bench.estimated_cost(cases[i]) for i in s) for s in shards]
     assert sorted(i for s in shards for i in s) == list(range(len(cases)))
     assert max(loads) / min(loads) < 1.5
+
+
+def test_a_grid_point_stays_on_one_gpu_so_every_ratio_is_a_same_gpu_ratio():
+    impls = ("tilelang-hopper", "flash_mla", "torch")
+    cases = [Case(i, b, s, "float16", h) for i in impls for b in (64, 128) for s in (1024, 8192) for h in (16, 128)]
+    shards = bench.shard(cases, 3)
+    gpu_of = {i: g for g, s in enumerate(shards) for i in s}
+    for point in {bench.point(c) for c in cases}:
+        assert len({gpu_of[i] for i, c in enumerate(cases) if bench.point(c) == point}) == 1
+    assert all(shards)  # and the points still spread over the GPUs
+
+
+def test_no_vendor_ratio_across_two_gpus():
+    def row(impl, ms, gpu):
+        return {"impl": impl, "batch": 64, "seqlen": 4096, "dtype": "float16", "heads": 128, "status": "ok",
+                "samples": {"times_ms": [ms] * 10}, "gpu": gpu}
+
+    rows = bench.add_metrics([row("tilelang-hopper", 0.2, 0), row("flash_mla", 0.1, 1)], vendor="flash_mla")
+    assert "vendor_ratio" not in rows[0]
+    rows = bench.add_metrics([row("tilelang-hopper", 0.2, 1), row("flash_mla", 0.1, 1)], vendor="flash_mla")
+    assert rows[0]["vendor_ratio"] == pytest.approx(0.5)
