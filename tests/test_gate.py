@@ -205,3 +205,16 @@ def _raw_config():
     import yaml
 
     return yaml.safe_load(config.DEFAULT_PATH.read_text())
+
+
+def test_a_head_count_the_vendor_lacks_is_gated_on_latency_alone(root):
+    """perf.yml's vendor_heads: no ratio is required there, the report says so, latency still decides."""
+    raw = _raw_config()
+    raw["platforms"]["cuda"]["vendor_heads"] = [16, 32, 64]
+    cfg = config.parse(raw)
+    fx.edit(root, fx.DOCS, BENCH_RATIO, fx.HOPPER_64, fx.skip)
+    cases = by_case(fx.evaluate(root, head=fx.DOCS, cfg=cfg))
+    assert cases[fx.HOPPER_64].status == "pass" and cases[fx.HOPPER_64].vendor_ratio is None
+    assert "gated on latency alone" in " ".join(cases[fx.HOPPER_64].warnings)
+    assert by_case(fx.evaluate(root, head=fx.SLOW, cfg=cfg))[fx.HOPPER_64].status == "regression"
+    assert by_case(fx.evaluate(root, head=fx.DOCS))[fx.HOPPER_64].status == "error"  # declared: all heads
