@@ -131,16 +131,9 @@ def git(cwd, *args):
 
 
 def test_results_branch_round_trip(tmp_path):
-    origin, work = tmp_path / "origin.git", tmp_path / "work"
-    git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(tmp_path, "init", "-q", str(work))
-    git(work, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "init")
-    git(work, "remote", "add", "origin", str(origin))
-    branch = store_mod.checkout_branch(work, "perf-results", tmp_path / "branch")
+    origin, branch = tmp_path / "origin.git", _branch(tmp_path)
     (branch / "results").mkdir()
     (branch / "results" / "r.json").write_text("{}")
-    git(branch, "config", "user.email", "ci@x")
-    git(branch, "config", "user.name", "ci")
     assert store_mod.commit_branch(branch, "results: one") is True
     assert store_mod.commit_branch(branch, "results: nothing") is False
     (branch / "results" / "r.json").write_text('{"rewritten": true}')
