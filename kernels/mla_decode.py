@@ -321,14 +321,9 @@ def lowered(p: Plan, arch: str):
         return tilelang.lower(program(p), target=target)
 
 
-def plan_for_arch(shape: Shape, config: TileConfig, arch: str) -> Plan:
-    """The plan on an arch's SM/CU count, without a GPU (codegen and build reports)."""
-    return plan(shape, config, arch)
-
-
 def lower(shape: Shape, config: TileConfig, arch: str) -> str:
     """Device source code for one kernel, without a GPU (codegen only)."""
-    return lowered(plan_for_arch(shape, config, arch), arch).kernel_source
+    return lowered(plan(shape, config, arch), arch).kernel_source
 
 
 def device_arch(device) -> str:

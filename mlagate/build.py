@@ -69,7 +69,7 @@ class Job:
     def plan(self):
         from mlagate.kernels import mla_decode
 
-        return mla_decode.plan_for_arch(self.shape, self.config, self.arch)
+        return mla_decode.plan(self.shape, self.config, self.arch)
 
 
 def parse_target(target: str) -> tuple:

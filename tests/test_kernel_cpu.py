@@ -76,10 +76,10 @@ TAIL_MASK = re.compile(
 def test_masked_lowering_sets_the_tail_scores_to_minus_infinity(arch, config):
     cfg = m.CONFIGS[config]
     tail = m.Shape(batch=1, seqlen=1000, heads=16)
-    assert m.plan_for_arch(tail, cfg, arch).masked
+    assert m.plan(tail, cfg, arch).masked
     assert len(TAIL_MASK.findall(m.lower(tail, cfg, arch))) == 1
     whole = m.Shape(batch=1, seqlen=1024, heads=16)  # whole tiles in every split: no mask is generated
-    assert not m.plan_for_arch(whole, cfg, arch).masked
+    assert not m.plan(whole, cfg, arch).masked
     assert not TAIL_MASK.search(m.lower(whole, cfg, arch))
 
 
