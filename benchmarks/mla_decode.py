@@ -10,7 +10,7 @@ The grid comes from MLAGATE_GRID (quick|full, default full), MLAGATE_DTYPES
 and MLAGATE_IMPLS (comma-separated).
 """
 
-from mlagate import asv_suite as suite
+from mlagate.measure import asv_suite as suite
 
 PARAMS, PARAM_NAMES = suite.params()
 suite.preload()

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import yaml
 
+from mlagate.case import Case
+from mlagate.hardware import arch_key
+
 ROOT = Path(__file__).resolve().parent.parent  # the checkout this mlagate is imported from
 DEFAULT_PATH = ROOT / "perf.yml"
 PLATFORMS = ("rocm", "cuda")
@@ -20,28 +23,6 @@ KNOWN_IMPLS = ("tilelang-hopper", "tilelang-cdna3", "flash_mla", "flashinfer", "
 
 class ConfigError(ValueError):
     """perf.yml is missing, unreadable or invalid; the message names the key."""
-
-
-@dataclass(frozen=True)
-class Case:
-    impl: str
-    batch: int
-    seqlen: int
-    dtype: str
-    heads: int = 128
-
-    @property
-    def key(self) -> tuple:
-        """Identity of a case across commits (impl, batch, seqlen, dtype, heads)."""
-        return (self.impl, self.batch, self.seqlen, self.dtype, self.heads)
-
-    def label(self) -> str:
-        return case_label(self.key)
-
-
-def case_label(key: tuple) -> str:
-    impl, batch, seqlen, dtype, heads = key
-    return f"{impl} h={heads} b={batch} s={seqlen} {dtype}"
 
 
 @dataclass(frozen=True)
@@ -127,7 +108,7 @@ class Config:
 
     def peaks(self, arch: str | None):
         """The roofline peaks of an arch ("sm_90a" reads sm_90's), or None."""
-        return self.roofline.get((arch or "").rstrip("a"))
+        return self.roofline.get(arch_key(arch or ""))
 
 
 class _Reader:

@@ -6,10 +6,16 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlagate import decide, report, resources
-from mlagate.config import Case, Config
-from mlagate.recorder import REPO, git, resolve
-from mlagate.store import GateError, Store, StoreError
+from mlagate.decide import verdict as decide
+
+from mlagate.report import text as report
+
+from mlagate.decide import build_rules as resources
+from mlagate.case import Case
+from mlagate.config import Config
+from mlagate import gitops
+from mlagate.gitops import GitError, git, resolve
+from mlagate.store.results import GateError, Store, StoreError
 
 @dataclass
 class GateOutput:
@@ -31,7 +37,7 @@ def main_history(store: Store, machine: str, base: str, lookback: int) -> list:
     """Recorded first-parent ancestors of base (base included), oldest first."""
     try:
         commits = git("rev-list", "--first-parent", f"--max-count={lookback * 4}", base).split()
-    except ValueError:
+    except GitError:
         return []
     recorded = store.load_all(machine)
     return [recorded[c] for c in reversed(commits) if c in recorded]
@@ -42,7 +48,7 @@ def commit_of(rev: str) -> str:
     gated in a clone that lacks the commits (e.g. a results branch checkout)."""
     try:
         return resolve(rev)
-    except ValueError:
+    except GitError:
         if re.fullmatch(r"[0-9a-f]{40}", rev):
             return rev
         raise
@@ -66,11 +72,11 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     verdict = decide.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history)
     flagged = verdict.flagged()
     if confirm and flagged:
-        from mlagate import confirm as confirm_mod
+        from mlagate.measure import interleaved as confirm_mod
 
         cases = [Case(*c.case) for c in flagged]
         echo(f"confirming {len(cases)} flagged case(s) with an interleaved base/head re-measure")
-        confirmations = confirm_mod.interleaved(cases, REPO, base_commit, head_commit, cfg.timing,
+        confirmations = confirm_mod.interleaved(cases, gitops.REPO, base_commit, head_commit, cfg.timing,
                                                 cfg.gate.confirm_rounds)
         verdict = decide.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history,
                                   confirmations=confirmations)
@@ -96,7 +102,7 @@ def load_commit(store: Store, machine: str, name: str, commit: str, record_missi
     """One side's results, recorded first with ``record_missing``."""
     found = store.load(machine, commit)
     if found is None and record_missing:
-        from mlagate.recorder import record
+        from mlagate.store.record import record
 
         echo(f"{name} {commit[:8]} has no results on '{machine}': recording it now")
         record(commit, results=store.root, machine=machine, grid=grid, echo=echo)
@@ -149,7 +155,8 @@ def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config
 
 
 def write_outputs(verdict, head, out_dir: Path, cfg: Config, arch: str | None) -> GateOutput:
-    from mlagate.publish import commit_rows, tflops_png
+    from mlagate.report.plots import tflops_png
+    from mlagate.report.site import commit_rows
 
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [r for r in commit_rows(head) if r["tflops"] is not None]

@@ -21,9 +21,12 @@ from pathlib import Path
 
 import torch
 
-from mlagate import config, impls
-from mlagate.harness import Inputs, shape_of
-from mlagate.measure import clocks, time_gpu
+from mlagate import config
+
+from mlagate.measure import impls
+from mlagate.measure.harness import Inputs, shape_of
+from mlagate.measure.environment import clocks
+from mlagate.measure.timer import time_gpu
 
 ROUNDS = 5
 cfg = config.load()

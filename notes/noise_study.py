@@ -16,10 +16,13 @@ import time
 import torch
 import triton.testing
 
-from mlagate import config, impls
-from mlagate.config import Case
-from mlagate.harness import Inputs
-from mlagate.measure import clocks, time_gpu
+from mlagate import config
+
+from mlagate.measure import impls
+from mlagate.case import Case
+from mlagate.measure.harness import Inputs
+from mlagate.measure.environment import clocks
+from mlagate.measure.timer import time_gpu
 
 ROUNDS = 15
 CASES = [Case("tilelang-hopper", 128, 8192, "float16"), Case("tilelang-hopper", 64, 1024, "float16"),

@@ -20,7 +20,8 @@ def compile_one(args):
 
 
 def main():
-    from mlagate import config as config_mod, measure
+    from mlagate import config as config_mod
+    from mlagate.measure import environment
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--grid", default="full")
@@ -31,7 +32,7 @@ def main():
     cfg = config_mod.load()
     from mlagate.kernels import mla_decode as m
 
-    dtypes = args.dtype or cfg.platform(measure.platform()).dtypes
+    dtypes = args.dtype or cfg.platform(environment.platform()).dtypes
     jobs = sorted({(name, c.batch, c.seqlen, c.heads, c.dtype)
                    for name in (args.config or m.CONFIGS)
                    for c in cfg.grid.cases(args.grid, ["x"], dtypes)})

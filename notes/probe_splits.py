@@ -2,9 +2,9 @@
 Run: PYTHONPATH=$PWD python notes/probe_splits.py"""
 import torch
 
-from mlagate import metrics
+from mlagate.measure import metrics
 from mlagate.kernels import mla_decode as m
-from mlagate.measure import time_gpu
+from mlagate.measure.timer import time_gpu
 
 for batch in (64, 128):
     for seqlen in (4096, 8192):

@@ -7,10 +7,11 @@ import time
 
 import torch
 
-from mlagate import impls
-from mlagate.config import Case
-from mlagate.harness import Inputs
-from mlagate.measure import clocks, time_gpu
+from mlagate.measure import impls
+from mlagate.case import Case
+from mlagate.measure.harness import Inputs
+from mlagate.measure.environment import clocks
+from mlagate.measure.timer import time_gpu
 
 CASES = [Case("tilelang-hopper", 128, 8192, "float16"), Case("tilelang-hopper", 64, 1024, "float16")]
 device = torch.device("cuda", 0)

@@ -10,8 +10,10 @@ import math
 import shutil
 from pathlib import Path
 
-from mlagate import config, decide
-from mlagate.store import BENCH_RATIO, BENCH_TIME, Store, case_keys
+from mlagate import config
+
+from mlagate.decide import verdict as decide
+from mlagate.store.results import BENCH_RATIO, BENCH_TIME, Store, case_keys
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200"
 RESULTS = FIXTURES / "results"
@@ -70,7 +72,7 @@ def evaluate(root, base=BASE, head=DOCS, cfg=None, **kwargs):
 def decide_full_grid():
     """The gate's decision over the full recorded fp16 grid (70 cases), base = head."""
     data = json.loads((FIXTURES / "bench_full_fp16_2026-11-29.json").read_text())
-    from mlagate.store import CommitResults, Entry
+    from mlagate.store.results import CommitResults, Entry
 
     entries = {(r["impl"], r["batch"], r["seqlen"], r["dtype"], r["heads"]): Entry(
         "ok", r["median_ms"] / 1e3, tuple(t / 1e3 for t in r["samples"]["times_ms"]))

@@ -10,19 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from mlagate import cli, recorder
-from mlagate.recorder import REPO
-from mlagate.store import BENCH_TIME, Store
+from mlagate import cli, gitops
+
+from mlagate.store import record as recorder
+
+from mlagate.store.results import BENCH_TIME, Store
 
 
 def test_asv_discovers_the_benchmarks(tmp_path):
-    conf = json.loads((REPO / "asv.conf.json").read_text())
+    conf = json.loads((gitops.REPO / "asv.conf.json").read_text())
     assert conf["environment_type"] == "existing"
-    conf.update(repo=str(REPO), benchmark_dir=str(REPO / "benchmarks"), results_dir=str(tmp_path / "r"),
+    conf.update(repo=str(gitops.REPO), benchmark_dir=str(gitops.REPO / "benchmarks"), results_dir=str(tmp_path / "r"),
                 html_dir=str(tmp_path / "h"))
     (tmp_path / "asv.json").write_text(json.dumps(conf))
     out = subprocess.run([sys.executable, "-m", "asv", "check", "--python=same", "--config", str(tmp_path / "asv.json")],
-                         capture_output=True, text=True, cwd=REPO)
+                         capture_output=True, text=True, cwd=gitops.REPO)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "No problems found" in out.stdout
 
@@ -30,7 +32,7 @@ def test_asv_discovers_the_benchmarks(tmp_path):
 def test_benchmark_params_come_from_the_config(monkeypatch):
     monkeypatch.setenv("MLAGATE_GRID", "quick")
     monkeypatch.setenv("MLAGATE_IMPLS", "tilelang-hopper,flash_mla")
-    from mlagate import asv_suite
+    from mlagate.measure import asv_suite
 
     params, names = asv_suite.params()
     assert names == ["impl", "batch", "seqlen", "dtype", "heads"]
@@ -40,7 +42,7 @@ def test_benchmark_params_come_from_the_config(monkeypatch):
 def test_each_platform_measures_the_dtypes_its_vendor_takes(monkeypatch):
     """aiter's decode takes bf16 (or fp8) queries only: an fp16 grid on ROCm has no vendor ratio."""
     monkeypatch.setenv("MLAGATE_GRID", "quick")
-    from mlagate import asv_suite
+    from mlagate.measure import asv_suite
 
     monkeypatch.setattr(asv_suite, "platform", lambda: "rocm")
     assert {c.dtype for c in asv_suite.cases()} == {"bfloat16"}
@@ -55,8 +57,8 @@ def clone(tmp_path, monkeypatch):
     """Record in a clone of this repository: a record adds and prunes git worktrees, and this
     checkout is not the tests' to change. HOME: `asv machine` writes ~/.asv-machine.json."""
     repo = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
-    monkeypatch.setattr(recorder, "REPO", repo)
+    subprocess.run(["git", "clone", "-q", str(gitops.REPO), str(repo)], check=True)
+    monkeypatch.setattr(gitops, "REPO", repo)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     return repo
 
@@ -92,7 +94,7 @@ def test_record_on_a_cpu_through_asv_then_refuses_a_second_record(tmp_path, caps
     args = ["record", "--rev", "HEAD", "--machine", "cpu-test", "--grid", "quick", "--impl", "torch",
             "--impl", "aiter", "--results", "store"]
     assert cli.main(args) == 0
-    head = Store(store_dir).load("cpu-test", recorder.resolve("HEAD"))
+    head = Store(store_dir).load("cpu-test", gitops.resolve("HEAD"))
     entries = head.entries(BENCH_TIME)
     assert set(entries) == {(i, b, 4096, "float16", 16) for i in ("torch", "aiter") for b in (64, 128)}
     assert all(e.status == "skipped" for e in entries.values())
@@ -132,6 +134,6 @@ sys.path.insert(0, "benchmarks")
 import mla_decode
 print(calls, "tilelang" in sys.modules)
 """
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=gitops.REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[] False"

@@ -7,8 +7,10 @@ import textwrap
 
 import pytest
 
-from mlagate import bench, cli, config
-from mlagate.config import Case
+from mlagate import cli, config
+
+from mlagate.measure import grid as bench
+from mlagate.case import Case
 
 FAKE_WORKER = textwrap.dedent('''
     import json, os, signal, sys
@@ -116,9 +118,9 @@ def test_an_index_past_the_parents_list_names_the_variable(monkeypatch):
     with pytest.raises(ValueError, match=r"CUDA_VISIBLE_DEVICES='' lists 0 device"):
         bench.worker_visible_env({"CUDA_VISIBLE_DEVICES": ""}, 0)
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "3,5")
-    assert cli.parse_gpus("1,0") == [1, 0]
+    assert bench.parse_gpus("1,0") == [1, 0]
     with pytest.raises(ValueError, match="GPU 2: HIP_VISIBLE_DEVICES='3,5'"):  # mlagate bench exits 2 up front
-        cli.parse_gpus("0,2")
+        bench.parse_gpus("0,2")
 
 
 def test_workers_time_the_parents_gpus_and_a_missing_one_fails_its_cases(tmp_path, monkeypatch):

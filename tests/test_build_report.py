@@ -8,9 +8,18 @@ import sys
 import pytest
 import yaml
 
-from mlagate import build, cli, config, decide, gate, report, resources
+from mlagate import cli, config, gate
+
+from mlagate.build import compile as build
+
+from mlagate.decide import verdict as decide
+
+from mlagate.report import build_report
+from mlagate.report import text as report
+
+from mlagate.decide import build_rules as resources
 from mlagate.kernels import mla_decode as m
-from mlagate.store import Store
+from mlagate.store.results import Store
 
 CFG = config.load()
 
@@ -395,7 +404,7 @@ def test_where_hipcc_exists_gfx942_reports_registers_and_new_spills_fail(fake_hi
                                   smem_limits=CFG.gate.shared_memory_limit)
     findings = resources.evaluate_build(None, reports["hip:gfx942"], CFG)
     assert not [f for f in findings if f.failed]  # spills without a base are a warning
-    out = "\n".join(report.build_lines(reports["hip:gfx942"], findings))
+    out = "\n".join(build_report.build_lines(reports["hip:gfx942"], findings))
     assert "warn: [spills] cdna3/float16/h128/b64/s1024/split: spills 48 B stores / n/a B loads (384 registers" in out
     assert len(fake_hipcc()) == 2  # the split program (2 kernels) and the no-split program
     rep = json.loads(json.dumps(reports["hip:gfx942"]))  # as saved
@@ -431,4 +440,4 @@ def test_without_hipcc_gfx942_stays_source_level_and_says_so(cdna3_lowered, tmp_
                                         "blocks per CU from LDS and threads only (VGPRs, SGPRs and spills need "
                                         "hipcc from ROCm >= 6: no hipcc found in $ROCM_PATH/bin or on PATH)"]
     assert all(r["registers"] is None and r["spill_stores"] is None for r in rep["kernels"])
-    assert "Source level only: LDS bytes;" in report.build_markdown(rep, [])
+    assert "Source level only: LDS bytes;" in build_report.build_markdown(rep, [])

@@ -5,7 +5,8 @@ import json
 import pytest
 
 import gate_fixtures as fx
-from mlagate import calibration, config
+from mlagate import config
+from mlagate.decide import calibration
 
 NOISE = json.loads((fx.FIXTURES / "noise_study_2026-11-29.json").read_text())
 

@@ -16,8 +16,12 @@ import numpy as np
 import pytest
 import yaml
 
-from mlagate import config, decide, stats
-from mlagate.store import BENCH_RATIO, BENCH_TIME, CommitResults, Entry, Store, StoreError, case_keys
+from mlagate import config
+
+from mlagate.decide import verdict as decide
+
+from mlagate.decide import stats
+from mlagate.store.results import BENCH_RATIO, BENCH_TIME, CommitResults, Entry, Store, StoreError, case_keys
 
 HOP = ("tilelang-hopper", 64, 4096, "float16", 128)
 HOP_16 = ("tilelang-hopper", 64, 4096, "float16", 16)

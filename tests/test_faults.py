@@ -17,11 +17,14 @@ import pytest
 import yaml
 
 import gate_fixtures as fx
-from mlagate import cli, config, decide, exits, report
-from mlagate.store import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME
+from mlagate import cli, config, exits
+from mlagate.case import case_label
+from mlagate.decide import verdict as decide
+from mlagate.report import text as report
+from mlagate.store.results import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME
 
 CASE = fx.HOPPER_64
-LABEL = config.case_label(CASE)
+LABEL = case_label(CASE)
 SIDES = {"base": fx.BASE, "head": fx.DOCS}
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 TEXT = config.DEFAULT_PATH.read_text()

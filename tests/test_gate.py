@@ -6,8 +6,10 @@ import json
 import pytest
 
 import gate_fixtures as fx
-from mlagate import cli, config, decide, report
-from mlagate.store import BENCH_RATIO, BENCH_TIME, Store
+from mlagate import cli, config
+from mlagate.decide import verdict as decide
+from mlagate.report import text as report
+from mlagate.store.results import BENCH_RATIO, BENCH_TIME, Store
 
 HOPPER_128 = ("tilelang-hopper", 128, 4096, "float16", 128)
 

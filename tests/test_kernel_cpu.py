@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from mlagate import harness
+from mlagate.measure import harness
 from mlagate.kernels import mla_decode as m
 from test_kernel_gpu import ATOL, LSE_ATOL, RTOL  # the GPU tests' comparisons, checked here on the reference
 

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mlagate.measure import EventClock, last_level_cache_bytes, time_gpu  # noqa: E402
+from mlagate.measure.timer import EventClock, last_level_cache_bytes, time_gpu  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 HOST_MS = 0.3  # Python work before each launch, longer than the tiny kernel it launches

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 import gate_fixtures as fx
-from mlagate import recorder, store
-from mlagate.store import Store, StoreError
+from mlagate import gitops
+from mlagate.store import record as recorder
+from mlagate.store import results as store
+from mlagate.store.results import Store, StoreError
 
 NEW = "c" * 40
 
@@ -44,8 +46,8 @@ def worktrees(repo) -> int:
 @pytest.fixture
 def clone(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", str(recorder.REPO), str(repo)], check=True)
-    monkeypatch.setattr(recorder, "REPO", repo)
+    subprocess.run(["git", "clone", "-q", str(gitops.REPO), str(repo)], check=True)
+    monkeypatch.setattr(gitops, "REPO", repo)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # `asv machine` writes ~/.asv-machine.json
     return repo
 
@@ -71,7 +73,7 @@ def stage(folder: Path, commit=NEW) -> Path:
 
 KILL_AT_CALL = """
 import os, signal, sys
-from mlagate import store
+from mlagate.store import results as store
 staging, root, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 calls = 0
 def counted(real):
@@ -177,8 +179,8 @@ def test_a_second_record_of_a_store_waits_for_the_first(tmp_path, fake_asv):
     refused = [o for o in outcomes if isinstance(o, StoreError)]
     assert len(recorded) == 1 and len(refused) == 1 and "already recorded" in str(refused[0])
     assert len(fake_asv) == 1  # the second one measured nothing
-    assert [Path(p).resolve() for p in Store(root).load(fx.MACHINE, recorder.resolve("HEAD")).paths] == recorded
-    assert list((recorder.REPO / ".asv" / "records").iterdir()) == []
+    assert [Path(p).resolve() for p in Store(root).load(fx.MACHINE, gitops.resolve("HEAD")).paths] == recorded
+    assert list((gitops.REPO / ".asv" / "records").iterdir()) == []
 
 
 def test_a_record_without_results_stores_nothing(tmp_path, clone, monkeypatch):
@@ -199,9 +201,11 @@ def test_a_record_without_results_stores_nothing(tmp_path, clone, monkeypatch):
 KILLED_RECORD = """
 import os, signal, sys
 from pathlib import Path
-from mlagate import recorder, store
+from mlagate import gitops
+from mlagate.store import record as recorder
+from mlagate.store import results as store
 repo, results, rev, mode = sys.argv[1:5]
-recorder.REPO = Path(repo)
+gitops.REPO = Path(repo)
 recorder.gpu_available = lambda: True  # a CPU stands in for the GPU; the suite skips every case
 
 
@@ -260,7 +264,7 @@ def test_a_record_killed_anywhere_leaves_the_store_whole_and_the_next_one_runs(t
     root = fx.copy_store(tmp_path / "store")
     before = snapshot(root)
     records = clone / ".asv" / "records"
-    parent = recorder.resolve("HEAD~1")
+    parent = gitops.resolve("HEAD~1")
 
     _killed_record(tmp_path, clone, root, "HEAD~1", "asv")  # HEAD~1: a worktree of the commit
     assert snapshot(root) == before and control_files(root) == [store.LOCK]
@@ -279,7 +283,7 @@ def test_a_record_killed_anywhere_leaves_the_store_whole_and_the_next_one_runs(t
             "TimeDecode", "--results", str(root)]
     assert cli.main(args) == 0, capsys.readouterr().err
     s = Store(root)
-    for commit in (parent, recorder.resolve("HEAD")):  # the interrupted install was finished first
+    for commit in (parent, gitops.resolve("HEAD")):  # the interrupted install was finished first
         assert s.load(fx.MACHINE, commit).entries(store.BENCH_TIME)
         assert s.read_sidecar(fx.MACHINE, commit, "env")["grid"] == "quick"
         assert s.read_sidecar(fx.MACHINE, commit, "asv-log")["exit_code"] == 0

@@ -24,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from mlagate import cli, config, publish
+from mlagate import cli, config
+
+from mlagate.report import site as publish
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "h200"

@@ -1,8 +1,12 @@
 import numpy as np
 import pytest
 
-from mlagate import bench, metrics, stats
-from mlagate.config import Case
+from mlagate.measure import grid as bench
+
+from mlagate.measure import metrics
+
+from mlagate.decide import stats
+from mlagate.case import Case
 
 
 def test_flops_and_bytes_match_flashmla_formulas():

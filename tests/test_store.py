@@ -5,8 +5,8 @@ import subprocess
 import pytest
 
 import gate_fixtures as fx
-from mlagate import store as store_mod
-from mlagate.store import BENCH_TFLOPS, BENCH_TIME, Store, StoreError, parse_results_file
+from mlagate.store import results as store_mod
+from mlagate.store.results import BENCH_TFLOPS, BENCH_TIME, Store, StoreError, parse_results_file
 
 
 def test_reads_real_asv_results_with_samples():

@@ -49,11 +49,13 @@ def patch_torch(torch):
     cuda.empty_cache = lambda: None
 
 
-def patch_measure(measure):
+def patch_environment(environment):
     import torch
 
-    measure.device = lambda: torch.device("cpu")
+    environment.device = lambda: torch.device("cpu")
 
+
+def patch_timer(measure):
     def samples_of(fn, shape):
         return recorded_samples(fn.rehearsal_impl, shape[0])
 
@@ -108,8 +110,9 @@ def patch_impls(impls):
     impls.prepare = prepare
 
 
-PATCHES = {"torch": patch_torch, "mlagate.measure": patch_measure, "mlagate.kernels.mla_decode": patch_kernels,
-           "mlagate.impls": patch_impls}
+PATCHES = {"torch": patch_torch, "mlagate.measure.timer": patch_timer,
+           "mlagate.measure.environment": patch_environment,
+           "mlagate.kernels.mla_decode": patch_kernels, "mlagate.measure.impls": patch_impls}
 
 
 class PatchAfterImport(importlib.abc.MetaPathFinder):

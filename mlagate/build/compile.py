@@ -26,25 +26,24 @@ lowered once and identical sources compiled once. The report is a dict (JSON);
 """
 
 import hashlib
-import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mlagate import exits, resources
+
+from mlagate import hardware
+from mlagate.decide import build_rules as resources
 
 FORCED_SPLIT = 4
 # Configs built per target kind by default. tilelang-hopper runs only on Hopper
 # (impls.py: wgmma/TMA and 228 KB of shared memory); --config-name overrides.
 DEFAULT_CONFIGS = {"cuda": ("hopper", "cdna3"), "hip": ("cdna3",)}
-EXPECTED_MATRIX = {"sm_90": "HGMMA", "gfx942": "MFMA"}  # by resources.arch_key
 HIP_SOURCE_LEVEL = ("LDS bytes", "MFMA instructions", "launch bounds")
 HIP_NOT_COMPILED = "blocks per CU from LDS and threads only (VGPRs, SGPRs and spills need hipcc from ROCm >= 6: {})"
 TYPE_BYTES = {"float": 4, "half_t": 2, "half": 2, "bfloat16_t": 2, "__half": 2, "__nv_bfloat16": 2, "double": 8,
@@ -439,7 +438,7 @@ def kernel_rows(job: Job, lowered: dict, compiled: dict | None, smem_limit: int 
                "registers": None, "spill_stores": None, "spill_loads": None, "stack_frame": None,
                "static_smem": info["static_smem"], "dynamic_smem": meta.get("dynamic_smem", 0),
                "matrix": info["matrix"], "expected_matrix": None if role == "combine" else
-               EXPECTED_MATRIX.get(resources.arch_key(job.arch)), "wgmma_serialized": None, "error": None}
+               hardware.EXPECTED_MATRIX.get(hardware.arch_key(job.arch)), "wgmma_serialized": None, "error": None}
         if compiled is not None:
             if "error" in compiled:
                 row["error"] = compiled["error"]
@@ -508,7 +507,7 @@ def build_reports(targets, configs: dict, shapes, *, jobs: int = 1, codegen_only
                 lowered = fut.result()
             except Exception as e:  # noqa: BLE001 - a crashed worker fails its kernels, not the report
                 lowered = {"error": f"lowering crashed: {type(e).__name__}: {e}"}
-            limit = smem_limits.get(resources.arch_key(job.arch))
+            limit = smem_limits.get(hardware.arch_key(job.arch))
             if job.target in toolchains and "error" not in lowered:
                 key = (job.arch, lowered["source"])
                 if key not in compiles:  # identical sources compile once
@@ -543,72 +542,3 @@ def build_reports(targets, configs: dict, shapes, *, jobs: int = 1, codegen_only
             "wall_s": wall,
         }
     return reports
-
-
-# -- the subcommand -----------------------------------------------------------
-
-def add_parser(sub):
-    p = sub.add_parser("build", help="compile every kernel on a CPU, record its resources, check the rules")
-    p.add_argument("--target", action="append", help="cuda:sm_90a or hip:gfx942 (repeatable; default: both)")
-    p.add_argument("--codegen-only", action="store_true", help="lower only: no nvcc (source-level numbers)")
-    p.add_argument("--grid", default="quick", choices=("quick", "full"), help="shapes from perf.yml's grid")
-    p.add_argument("--dtype", action="append", choices=("float16", "bfloat16"),
-                   help="dtype (repeatable; default: both)")
-    p.add_argument("--config-name", action="append",
-                   help="tile config (repeatable; default per target: cuda all, hip cdna3)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel lowering processes / nvcc runs")
-    p.add_argument("--out", default="out/build", help="folder for build-<target>.json and .md")
-    p.add_argument("--record", action="store_true", help="also store each report as a sidecar of HEAD's results")
-    p.add_argument("--machine", default=None, help="asv machine name the sidecars go to (with --record)")
-    p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
-    p.set_defaults(func=run)
-
-
-def run(args, cfg) -> int:
-    from mlagate import report as report_mod
-    from mlagate.kernels import mla_decode
-
-    if args.jobs < 1:
-        raise BuildError(f"--jobs must be >= 1, got {args.jobs}")
-    if args.record and not args.machine:
-        raise BuildError("--record needs --machine (the asv machine whose results the report goes with)")
-    targets = args.target or list(resources.DEFAULT_TARGETS)
-    configs = {}
-    for t in targets:
-        kind, _ = parse_target(t)
-        names = args.config_name or DEFAULT_CONFIGS[kind]
-        unknown = [n for n in names if n not in mla_decode.CONFIGS]
-        if unknown:
-            raise BuildError(f"--config-name {unknown[0]}: not in kernels/mla_decode.py CONFIGS "
-                             f"({', '.join(mla_decode.CONFIGS)})")
-        configs[t] = [mla_decode.CONFIGS[n] for n in names]
-    batches, seqlens, heads = cfg.grid.sizes[args.grid]
-    shapes = [mla_decode.Shape(b, s, h, d)
-              for d in (args.dtype or mla_decode.DTYPES) for h in heads for b in batches for s in seqlens]
-    commit = None
-    if args.record:
-        from mlagate.recorder import resolve
-
-        commit = resolve("HEAD")
-    reports = build_reports(targets, configs, shapes, jobs=args.jobs, codegen_only=args.codegen_only,
-                            smem_limits=cfg.gate.shared_memory_limit, commit=commit)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    failed = False
-    for target, rep in reports.items():
-        findings = resources.evaluate_build(None, rep, cfg)
-        for line in report_mod.build_lines(rep, findings):
-            print(line)
-        stem = out / resources.sidecar_kind(target)
-        stem.with_suffix(".json").write_text(json.dumps(rep, indent=1))
-        stem.with_suffix(".md").write_text(report_mod.build_markdown(rep, findings))
-        print(f"wrote {stem}.json and {stem}.md")
-        if args.record:
-            from mlagate.store import Store, results_root
-
-            path = Store(results_root(args.results)).write_sidecar(
-                args.machine, commit, resources.sidecar_kind(target), rep)
-            print(f"recorded {path}")
-        failed |= any(f.failed for f in findings)
-    sys.stdout.flush()
-    return exits.REGRESSION if failed else exits.OK

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mlagate import impls
-from mlagate.config import Case, Timing
+from mlagate.measure import impls
+from mlagate.case import Case
+from mlagate.config import Timing
 from mlagate.kernels import mla_decode
-from mlagate.measure import time_gpu
+from mlagate.measure.timer import time_gpu
 
 RTOL = ATOL = 0.01
 SEED = 0

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import torch
 
-from mlagate.config import Case, Timing
-from mlagate.harness import Inputs, check_output
-from mlagate.impls import TILELANG_PREFIX
-from mlagate.measure import device as gpu, time_gpu
-from mlagate.recorder import git
+from mlagate.case import Case
+
+from mlagate.config import Timing
+from mlagate.measure.harness import Inputs, check_output
+from mlagate.measure.impls import TILELANG_PREFIX
+from mlagate.measure.environment import device as gpu
+from mlagate.measure.timer import time_gpu
+from mlagate.gitops import GitError, git
 
 KERNEL_FILE = "kernels/mla_decode.py"
 
@@ -33,7 +36,7 @@ def kernel_module_at(repo, commit):
         return sys.modules[name]
     try:
         source = git("show", f"{commit}:{KERNEL_FILE}", repo=repo)
-    except ValueError as e:
+    except GitError as e:
         raise ConfirmError(f"cannot read {KERNEL_FILE} at {commit}: {e}") from None
     path = Path(tempfile.mkdtemp(prefix="mlagate-confirm-")) / f"{name}.py"
     path.write_text(source + "\n")

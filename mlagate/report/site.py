@@ -9,9 +9,7 @@ and the hardware and software of the runs. It reads the store; it measures nothi
 """
 
 import html
-import itertools
 import json
-import math
 import os
 import re
 import subprocess
@@ -20,10 +18,13 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from mlagate import exits, metrics, recorder
-from mlagate.report import pyplot
-from mlagate.store import (BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, LEGACY_HEADS, PARAM_NAMES, Store, StoreError,
-                           ok_value, results_root)
+from mlagate import gitops
+
+
+from mlagate.store import record as recorder
+from mlagate.report.plots import impl_order, ratio_png, tflops_png, trend_png
+from mlagate.store.results import (BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, LEGACY_HEADS, PARAM_NAMES, Store, StoreError,
+                           ok_value)
 
 PORT = 8080  # documented in docs/report.md: `python -m http.server 8080 --directory OUT`
 
@@ -51,42 +52,17 @@ CDN_TAG = re.compile(r'<(?:script|link)\b[^>]*?(?:src|href)="https://[^"]*/([^/"
 URI_SAFE = "!*'()"  # what JavaScript's encodeURIComponent leaves alone, besides quote()'s own
 
 
-def add_parser(sub):
-    p = sub.add_parser("report", help="asv's pages and a static summary page for the stored results")
-    p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
-    p.add_argument("--out", default="out/report", help="folder for index.html, its PNGs and asv/")
-    p.add_argument("--machine", default=None, help="asv machine name (default: the store's only machine)")
-    p.add_argument("--bench-json", default=None,
-                   help="an `mlagate bench --out` file: the newest-run plots show its (full) grid")
-    p.add_argument("--last", type=int, default=None, help="commits in the trend (default: gate.drift.lookback)")
-    p.set_defaults(func=run)
-
-
-def run(args, cfg) -> int:
-    last = cfg.gate.drift_lookback if args.last is None else args.last
-    if last < 1:
-        raise ValueError(f"--last must be >= 1, got {last}")
-    out = Path(args.out)
-    problems = build(cfg, results=results_root(args.results), out=out, machine=args.machine,
-                     bench_json=args.bench_json, last=last)
-    for problem in problems:
-        print(f"warning: skipped {problem}", file=sys.stderr)
-    print(f"wrote {out / 'index.html'} and {out / 'asv'}/; serve them with "
-          f"`python -m http.server {PORT} --directory {out}`")
-    return exits.OK
-
-
 # -- asv's pages -----------------------------------------------------------------
 
 def publish_asv(results: Path, html_dir: Path) -> bool:
     """``asv publish`` of the store into html_dir; True if its pages work offline."""
     with tempfile.TemporaryDirectory(prefix="mlagate-report-") as tmp:
         conf = Path(tmp) / "asv.conf.json"
-        conf.write_text(json.dumps(recorder.asv_config(recorder.REPO, results.resolve(), html_dir.resolve())))
+        conf.write_text(json.dumps(recorder.asv_config(gitops.REPO, results.resolve(), html_dir.resolve())))
         # asv runs git in the checkout, which in a container may belong to another user.
         env = {**os.environ, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
         done = subprocess.run([sys.executable, "-m", "asv", "publish", "--no-pull", "--config", str(conf)],
-                              capture_output=True, text=True, cwd=recorder.REPO, env=env)
+                              capture_output=True, text=True, cwd=gitops.REPO, env=env)
     if done.returncode != 0:
         raise StoreError(f"{results}: asv publish failed (exit {done.returncode}): "
                          f"{(done.stdout + done.stderr).strip()[-1500:]}")
@@ -158,105 +134,6 @@ def platform_of(cfg, env: dict, rows) -> str | None:
         return env["platform"]
     ran = {r["impl"] for r in rows if r["status"] == "ok"}
     return next((name for name, p in cfg.platforms.items() if p.vendor in ran), None)
-
-
-def roofline(cfg, arch: str | None, batch: int, seqlen: int, dtype: str, heads: int) -> float | None:
-    """min(peak TFLOPs, arithmetic intensity x peak bandwidth) for the arch, None if not configured."""
-    peak = cfg.peaks(arch)
-    if peak is None:
-        return None
-    intensity = metrics.flops(batch, heads, seqlen) / metrics.bytes_moved(batch, heads, seqlen, dtype)
-    return min(peak.tflops, intensity * peak.tbps)
-
-
-# -- plots -----------------------------------------------------------------------
-
-def _impl_order(cfg, rows):
-    present = {r["impl"] for r in rows}
-    return [i for i in cfg.implementations if i in present] + sorted(present - set(cfg.implementations))
-
-
-def _colors(cfg):
-    return {impl: f"C{i}" for i, impl in enumerate(cfg.implementations)}
-
-
-def tflops_png(path, cfg, rows, arch) -> None:
-    """One panel per (batch, dtype) in a row per head count: TFLOPs vs seqlen per implementation."""
-    plt = pyplot()
-    heads = sorted({r["heads"] for r in rows})
-    columns = sorted({(r["batch"], r["dtype"]) for r in rows})
-    fig, axes = plt.subplots(len(heads), len(columns), figsize=(5.4 * len(columns) + 2.2, 3.8 * len(heads)),
-                             squeeze=False, layout="constrained")
-    peak = cfg.peaks(arch)
-    for ax, (h, (batch, dtype)) in zip(axes.flat, itertools.product(heads, columns)):
-        panel = [r for r in rows if (r["heads"], r["batch"], r["dtype"]) == (h, batch, dtype)]
-        for impl in _impl_order(cfg, rows):
-            pts = sorted((r["seqlen"], r["tflops"]) for r in panel if r["impl"] == impl and r["tflops"] is not None)
-            if pts:
-                ax.plot(*zip(*pts), marker="o", color=_colors(cfg).get(impl), label=impl)
-        seqlens = sorted({r["seqlen"] for r in panel}) or [1]
-        if peak:
-            ax.plot(seqlens, [roofline(cfg, arch, batch, s, dtype, h) for s in seqlens], "k--", marker="_", ms=14,
-                    label=f"roofline: min({peak.tflops:g} TFLOPs, intensity × {peak.tbps:g} TB/s)")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(seqlens, [str(s) for s in seqlens])
-        ax.set_ylim(bottom=0)
-        ax.set(xlabel="seqlen", ylabel="TFLOPs", title=f"{h} heads, batch {batch}, {dtype}")
-        ax.grid(True, alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def ratio_png(path, cfg, rows, platform) -> None:
-    plt = pyplot()
-    impl, vendor, floor = cfg.platform(platform).tilelang, cfg.platform(platform).vendor, cfg.gate.ratio[platform].floor
-    cases = sorted((r["heads"], r["batch"], r["seqlen"], r["dtype"], r["ratio"]) for r in rows
-                   if r["impl"] == impl and r["ratio"] is not None)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(cases) + 4.0), 3.4), layout="constrained")
-    x = range(len(cases))
-    values = [c[-1] for c in cases]
-    bars = ax.bar(x, values, color=["C2" if v >= floor else "C3" for v in values], width=0.6)
-    ax.bar_label(bars, [f"{v:.2f}" for v in values], fontsize=8)
-    ax.axhline(floor, color="C3", ls="--", label=f"gate floor {floor:.2f} (gate.vendor_ratio.{platform}.floor)")
-    ax.axhline(1.0, color="grey", lw=1, label=f"= {vendor}")
-    ax.set_xticks(list(x), [f"h{h} b{b} s{s}\n{d}" for h, b, s, d, _ in cases],
-                  fontsize=8, rotation=30 if len(cases) > 6 else 0)
-    ax.set_ylim(0, max([1.1, *values]) * 1.12)
-    ax.set(ylabel=f"TFLOPs {impl} / {vendor}", title=f"{impl} vs {vendor} per case")
-    fig.legend(loc="outside right upper", fontsize=8)
-    ax.grid(True, axis="y", alpha=0.3)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def trend_png(path, cfg, commits, series) -> None:
-    """series: {case: [latency s or None per commit]}; one panel per (batch, seqlen, dtype, heads)."""
-    plt = pyplot()
-    panels = sorted({c[1:] for c in series})
-    ncols = min(len(panels), 5)
-    nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 1.8, 2.7 * nrows), squeeze=False,
-                             layout="constrained")
-    labels = [c.commit[:8] for c in commits]
-    for ax, (batch, seqlen, dtype, heads) in zip(axes.flat, panels):
-        for impl in _impl_order(cfg, [{"impl": c[0]} for c in series]):
-            values = series.get((impl, batch, seqlen, dtype, heads))
-            if values:
-                ax.plot(range(len(labels)), [v * 1e6 if v is not None else math.nan for v in values], marker="o",
-                        ms=4, color=_colors(cfg).get(impl), label=impl)
-        ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
-        ax.set_ylim(bottom=0)
-        ax.set_title(f"h{heads} b{batch} s{seqlen} {dtype}", fontsize=9)
-        ax.set_ylabel("median µs", fontsize=8)
-        ax.grid(True, alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="outside right upper", fontsize=8)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 # -- the page --------------------------------------------------------------------
@@ -342,7 +219,7 @@ def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, i
                      f"red dashed: the gate's floor {floor:.2f}.</figcaption></figure>")
     else:
         html_.append('<p class="na">No vendor ratio: the platform is not recorded and no vendor kernel ran.</p>')
-    impls = _impl_order(cfg, rows)
+    impls = impl_order(cfg, rows)
     by_case = {tuple(r[n] for n in PARAM_NAMES): r for r in rows}
     body = [[*(_e(str(v)) for v in point)]
             + [_cell(by_case.get((i, *point)), asv_url(BENCH_TFLOPS, machine, (i, *point))
@@ -360,11 +237,11 @@ def trend_section(cfg, out: Path, recent: list, machine: str) -> str:
         for key, entry in r.entries(BENCH_TIME).items():
             series.setdefault(key, [None] * len(recent))[i] = ok_value(entry)
     trend_png(out / "trend.png", cfg, recent, series)
-    order = {impl: n for n, impl in enumerate(_impl_order(cfg, [{"impl": k[0]} for k in series]))}
+    order = {impl: n for n, impl in enumerate(impl_order(cfg, [{"impl": k[0]} for k in series]))}
     body = [[f'<a href="{_e(asv_url(BENCH_TIME, machine, key))}">{_e(key[0])}</a>', *map(_e, key[1:])]
             + [f"{v * 1e6:.1f}" if v is not None else '<span class="na">—</span>' for v in values]
             for key, values in sorted(series.items(), key=lambda kv: (order[kv[0][0]], kv[0][1:]))]
-    branches = ", ".join(json.loads((recorder.REPO / "asv.conf.json").read_text()).get("branches", []))
+    branches = ", ".join(json.loads((gitops.REPO / "asv.conf.json").read_text()).get("branches", []))
     return (f"<h2>Trend: the last {len(recent)} commits recorded on {_e(machine)}</h2>"
             '<figure><img src="trend.png" alt="median latency per commit for each case"><figcaption>Median '
             "latency (µs) per commit, ordered by commit date. asv's graphs show only the commits on "

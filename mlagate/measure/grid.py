@@ -15,8 +15,11 @@ import tempfile
 import threading
 from dataclasses import asdict
 
-from mlagate import metrics, stats
-from mlagate.config import ROOT, Case, Timing
+from mlagate.measure import metrics
+
+from mlagate.decide import stats
+from mlagate.case import Case
+from mlagate.config import ROOT, Timing
 
 MARK = "@@mlagate "  # prefixes the worker's protocol lines; libraries may print too
 CUDA_FAULT_EXIT = 3
@@ -76,6 +79,29 @@ def worker_visible_env(parent_env: dict, index: int) -> dict:
                              f"{len(entries) - 1}); --gpus counts the devices the parent sees")
         out[name] = entries[index]
     return out
+
+
+def parse_gpus(text):
+    """'all', a count ('4') or a list ('0,2,3') -> GPU indices as torch numbers them (within the
+    parent's CUDA_/HIP_/ROCR_VISIBLE_DEVICES); None for one GPU as visible."""
+    if not text:
+        return None
+    if text == "all" or text.isdigit():
+        import torch
+
+        available = torch.cuda.device_count()
+        wanted = available if text == "all" else int(text)
+        if wanted < 1 or wanted > available:
+            raise ValueError(f"--gpus {text}: {available} GPU(s) visible")
+        gpus = list(range(wanted))
+    else:
+        try:
+            gpus = [int(x) for x in text.split(",")]
+        except ValueError:
+            raise ValueError(f"--gpus must be 'all', a count or a comma-separated list, got {text!r}") from None
+    for gpu in gpus:  # an index past a visible-devices list: error now, not one failed case per worker
+        worker_visible_env(os.environ, gpu)
+    return gpus
 
 
 def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
@@ -198,8 +224,8 @@ def _worker():
     """Measure the cases given on stdin; one protocol line per event on stdout."""
     import torch
 
-    from mlagate.harness import Inputs, measure_case, shape_of
-    from mlagate.measure import device as gpu
+    from mlagate.measure.harness import Inputs, measure_case, shape_of
+    from mlagate.measure.environment import device as gpu
 
     job = json.load(sys.stdin)
     timing = Timing(**job["timing"])

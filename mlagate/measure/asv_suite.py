@@ -6,8 +6,10 @@ import math
 import os
 
 from mlagate import config as config_mod
-from mlagate.measure import EventClock, device, platform
-from mlagate.store import PARAM_NAMES
+from mlagate.case import Case, case_label
+from mlagate.measure.timer import EventClock
+from mlagate.measure.environment import device, platform
+from mlagate.store.results import PARAM_NAMES
 
 CONFIG = config_mod.load(os.environ.get("MLAGATE_CONFIG"))
 _timing = CONFIG.timing
@@ -48,9 +50,9 @@ def params():
 
 @functools.lru_cache(maxsize=None)
 def _inputs(batch, seqlen, dtype, heads):
-    from mlagate.harness import Inputs
+    from mlagate.measure.harness import Inputs
 
-    case = config_mod.Case("", batch, seqlen, dtype, heads)
+    case = Case("", batch, seqlen, dtype, heads)
     return Inputs(case, device())
 
 
@@ -59,12 +61,12 @@ def prepared(impl, batch, seqlen, dtype, heads):
     """A checked, zero-argument launch (cached: asv re-runs setup per sample)."""
     import torch
 
-    from mlagate import impls
-    from mlagate.harness import checked_launch
+    from mlagate.measure import impls
+    from mlagate.measure.harness import checked_launch
 
     if not torch.cuda.is_available():
         raise NotImplementedError("no CUDA or ROCm GPU is visible to torch")
-    if config_mod.Case(impl, batch, seqlen, dtype, heads) not in cases():  # asv runs the whole product
+    if Case(impl, batch, seqlen, dtype, heads) not in cases():  # asv runs the whole product
         raise NotImplementedError("not in this run's grid (e.g. a head count the vendor kernel lacks)")
     inputs = _inputs(batch, seqlen, dtype, heads)
     try:  # WrongResult propagates and fails the benchmark: never timed
@@ -79,7 +81,7 @@ def measure_grid() -> dict:
     """Every case of this run in one worker process, with vendor ratios."""
     import torch
 
-    from mlagate import bench
+    from mlagate.measure import grid as bench
 
     if not torch.cuda.is_available():
         return {}
@@ -94,7 +96,7 @@ def require_measured(grid, *key):
     if row["status"] == "skipped":
         raise NotImplementedError(row["reason"])
     if row["status"] == "failed":
-        raise RuntimeError(f"{config_mod.case_label(key)} failed: {row['reason']}")
+        raise RuntimeError(f"{case_label(key)} failed: {row['reason']}")
 
 
 def metric(grid, name, *key) -> float:

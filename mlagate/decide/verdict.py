@@ -15,9 +15,12 @@ error: the gate never passes by default.
 import math
 from dataclasses import dataclass, field
 
-from mlagate import exits, stats
-from mlagate.config import Config, Platform, case_label
-from mlagate.store import BENCH_RATIO, BENCH_TIME, CommitResults, ok_value
+from mlagate import exits
+
+from mlagate.decide import stats
+from mlagate.case import case_label
+from mlagate.config import Config, Platform
+from mlagate.store.results import BENCH_RATIO, BENCH_TIME, CommitResults, ok_value
 
 PASS, REGRESSION, ERROR = "pass", "regression", "error"
 EXIT = {PASS: exits.OK, REGRESSION: exits.REGRESSION, ERROR: exits.ERROR}

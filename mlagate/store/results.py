@@ -25,7 +25,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlagate.config import ROOT, case_label
+from mlagate.case import case_label
+
+from mlagate.config import ROOT
 
 BENCH_TIME = "mla_decode.TimeDecode.time_decode"
 BENCH_TFLOPS = "mla_decode.Throughput.track_tflops"

@@ -23,24 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mlagate import measure
-from mlagate.config import ROOT
-from mlagate.store import Store, StoreError, install_record, recover, store_lock
-
-REPO = ROOT
-
-
-def git(*args, repo=None) -> str:
-    repo = repo or REPO  # looked up per call: tests point REPO at a clone
-    out = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), *args], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise ValueError(f"git {' '.join(args)}: {out.stderr.strip()}")
-    return out.stdout.strip()
-
-
-def resolve(rev: str, repo=None) -> str:
-    return git("rev-parse", "--verify", f"{rev}^{{commit}}", repo=repo)
-
+from mlagate.measure import environment
+from mlagate import gitops
+from mlagate.gitops import git, resolve
+from mlagate.store.results import Store, StoreError, install_record, recover, store_lock
 
 def _is_checked_out(commit: str, repo) -> bool:
     return resolve("HEAD", repo) == commit and not git("status", "--porcelain", "--untracked-files=no", repo=repo)
@@ -56,7 +42,7 @@ def gpu_available() -> bool:
 
 def asv_config(source: Path, results: Path, html: Path) -> dict:
     conf = json.loads((source / "asv.conf.json").read_text())
-    conf.update(repo=str(REPO), benchmark_dir=str(source / "benchmarks"), results_dir=str(results),
+    conf.update(repo=str(gitops.REPO), benchmark_dir=str(source / "benchmarks"), results_dir=str(results),
                 html_dir=str(html))
     return conf
 
@@ -94,7 +80,7 @@ def _trees() -> Path:
     """Where records work: a fixed place beside the repository (ignored by git), not in the
     store (asv walks every folder under a results directory) and not a per-container /tmp, so
     that the next record finds what a killed one left."""
-    path = REPO / ".asv" / "records"
+    path = gitops.REPO / ".asv" / "records"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -120,8 +106,8 @@ def _remove_tree(tree: Path):
 
 def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, echo) -> Path:
     """asv and the sidecars, into the staging results directory ``tree/results``; returns it."""
-    source = REPO
-    if not _is_checked_out(commit, REPO):
+    source = gitops.REPO
+    if not _is_checked_out(commit, gitops.REPO):
         source = tree / "src"
         git("worktree", "add", "--detach", str(source), commit)
     staging = tree / "results"
@@ -133,14 +119,14 @@ def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, echo
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise ValueError(f"asv machine --machine {machine} failed: {(out.stderr or out.stdout).strip()[-2000:]}")
-    start = measure.environment()
+    start = environment.environment()
     # forkserver: asv imports the suite once and forks a process per case (asv_suite.preload).
     cmd = [*asv, "run", "--python=same", "--set-commit-hash", commit, "--machine", machine, "--record-samples",
            "--launch-method", "forkserver", "--show-stderr", "--config", str(conf_path)]
     if bench_regex:
         cmd += ["--bench", bench_regex]
     code, log = _stream(cmd, env, source, echo)
-    end = measure.environment()
+    end = environment.environment()
     staged = Store(staging)
     if staged.load(machine, commit) is None:
         raise StoreError(f"asv wrote no results for {commit[:8]} (exit code {code}; its log is above); "

@@ -11,7 +11,7 @@ into base and head (the interleaved re-measure), pooled and tested again.
 
 import numpy as np
 
-from mlagate.decide import is_slower
+from mlagate.decide.verdict import is_slower
 
 
 def _draw(rng, rounds, index, factor=1.0, size=None):

@@ -1,0 +1,5 @@
+import sys
+
+from mlagate.cli import main
+
+sys.exit(main())

@@ -1,0 +1,64 @@
+"""`mlagate bench`: measure the grid on this host's GPU(s) and print a table (JSON and CSV with --out)."""
+
+import os
+from pathlib import Path
+
+from mlagate import config as config_mod
+from mlagate import exits
+
+
+def add_parser(sub):
+    p = sub.add_parser("bench", help="measure the grid and print a table")
+    p.add_argument("--grid", default="quick", choices=("quick", "full"))
+    p.add_argument("--impl", action="append", help="implementation (repeatable; default: all in perf.yml)")
+    p.add_argument("--dtype", action="append", choices=config_mod.DTYPES,
+                   help="dtype (repeatable; default: the platform's dtypes in perf.yml)")
+    p.add_argument("--gpus", default=None, help="'all', N, or a list like 0,2: one worker per GPU")
+    p.add_argument("--out", default=None, help="write JSON (raw samples) here and CSV beside it")
+    p.set_defaults(func=run)
+
+
+def run(args, cfg) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mlagate.measure import grid as bench
+
+    from mlagate.measure import environment
+
+    from mlagate.report import text as report
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError("mlagate bench needs a CUDA or ROCm GPU; torch sees none "
+                         "(on a CPU machine, `mlagate build --codegen-only` checks the kernels)")
+    impls = args.impl or list(cfg.implementations)
+    for name in impls:
+        if name not in cfg.implementations:
+            raise config_mod.ConfigError(f"--impl {name}: not in implementations ({', '.join(cfg.implementations)})")
+    platform = environment.platform()
+    cases = cfg.cases(args.grid, impls, platform, args.dtype)
+    gpus = bench.parse_gpus(args.gpus)
+    env_start = environment.environment()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=_console(), transient=False) as progress:
+        task = progress.add_task("benchmark", total=len(cases))
+
+        def on_result(outcome):
+            progress.update(task, advance=1, description=f"{outcome['impl']} b={outcome['batch']} "
+                                                          f"s={outcome['seqlen']}: {outcome['status']}")
+
+        rows = bench.run_cases(cases, cfg.timing, gpus=gpus, on_result=on_result)
+    env = {"start": env_start, "end": environment.environment(), "config_digest": cfg.digest}
+    rows = bench.add_metrics(rows, peaks=cfg.peaks(env_start.get("arch")),
+                             vendor=cfg.platform(platform).vendor)
+    _console().print(report.bench_table(rows, vendor=cfg.platform(platform).vendor))
+    if args.out:
+        bench.write_outputs(args.out, rows, env)
+        print(f"wrote {args.out} and {Path(args.out).with_suffix('.csv')}")
+    return exits.FAILED_CASES if any(r["status"] == "failed" for r in rows) else exits.OK
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=False, highlight=False)

@@ -1,0 +1,77 @@
+"""`mlagate build`: compile every kernel on a CPU, record its resources, check the rules."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from mlagate import exits
+from mlagate.build import compile
+from mlagate.decide import build_rules
+
+
+def add_parser(sub):
+    p = sub.add_parser("build", help="compile every kernel on a CPU, record its resources, check the rules")
+    p.add_argument("--target", action="append", help="cuda:sm_90a or hip:gfx942 (repeatable; default: both)")
+    p.add_argument("--codegen-only", action="store_true", help="lower only: no nvcc (source-level numbers)")
+    p.add_argument("--grid", default="quick", choices=("quick", "full"), help="shapes from perf.yml's grid")
+    p.add_argument("--dtype", action="append", choices=("float16", "bfloat16"),
+                   help="dtype (repeatable; default: both)")
+    p.add_argument("--config-name", action="append",
+                   help="tile config (repeatable; default per target: cuda all, hip cdna3)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel lowering processes / nvcc runs")
+    p.add_argument("--out", default="out/build", help="folder for build-<target>.json and .md")
+    p.add_argument("--record", action="store_true", help="also store each report as a sidecar of HEAD's results")
+    p.add_argument("--machine", default=None, help="asv machine name the sidecars go to (with --record)")
+    p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
+    p.set_defaults(func=run)
+
+
+def run(args, cfg) -> int:
+    from mlagate.report import build_report as report_mod
+    from mlagate.kernels import mla_decode
+
+    if args.jobs < 1:
+        raise compile.BuildError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.record and not args.machine:
+        raise compile.BuildError("--record needs --machine (the asv machine whose results the report goes with)")
+    targets = args.target or list(build_rules.DEFAULT_TARGETS)
+    configs = {}
+    for t in targets:
+        kind, _ = compile.parse_target(t)
+        names = args.config_name or compile.DEFAULT_CONFIGS[kind]
+        unknown = [n for n in names if n not in mla_decode.CONFIGS]
+        if unknown:
+            raise compile.BuildError(f"--config-name {unknown[0]}: not in kernels/mla_decode.py CONFIGS "
+                             f"({', '.join(mla_decode.CONFIGS)})")
+        configs[t] = [mla_decode.CONFIGS[n] for n in names]
+    batches, seqlens, heads = cfg.grid.sizes[args.grid]
+    shapes = [mla_decode.Shape(b, s, h, d)
+              for d in (args.dtype or mla_decode.DTYPES) for h in heads for b in batches for s in seqlens]
+    commit = None
+    if args.record:
+        from mlagate.gitops import resolve
+
+        commit = resolve("HEAD")
+    reports = compile.build_reports(targets, configs, shapes, jobs=args.jobs, codegen_only=args.codegen_only,
+                            smem_limits=cfg.gate.shared_memory_limit, commit=commit)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    failed = False
+    for target, rep in reports.items():
+        findings = build_rules.evaluate_build(None, rep, cfg)
+        for line in report_mod.build_lines(rep, findings):
+            print(line)
+        stem = out / build_rules.sidecar_kind(target)
+        stem.with_suffix(".json").write_text(json.dumps(rep, indent=1))
+        stem.with_suffix(".md").write_text(report_mod.build_markdown(rep, findings))
+        print(f"wrote {stem}.json and {stem}.md")
+        if args.record:
+            from mlagate.store.results import Store, results_root
+
+            path = Store(results_root(args.results)).write_sidecar(
+                args.machine, commit, build_rules.sidecar_kind(target), rep)
+            print(f"recorded {path}")
+        failed |= any(f.failed for f in findings)
+    sys.stdout.flush()
+    return exits.REGRESSION if failed else exits.OK

@@ -1,0 +1,41 @@
+"""`mlagate calibrate`: the gate's detection rate against injected slowdowns, on recorded GPU noise."""
+
+import json
+from pathlib import Path
+
+from mlagate import exits
+
+
+def add_parser(sub):
+    p = sub.add_parser("calibrate", help="detection rate vs injected slowdown on recorded GPU noise")
+    p.add_argument("--noise", default="tests/fixtures/h200/noise_study_2026-11-29.json",
+                   help="rounds of samples per case (notes/noise_study.py output)")
+    p.add_argument("--trials", type=int, default=400)
+    p.add_argument("--out", default=None, help="folder for calibration.json and calibration.png")
+    p.set_defaults(func=run)
+
+
+def run(args, cfg) -> int:
+    from mlagate.decide import calibration
+    from mlagate.report import plots
+    from mlagate.report import text as report
+
+    data = json.loads(Path(args.noise).read_text())
+    g = cfg.gate
+    slowdowns = [i / 100 for i in range(0, 11)]
+    curves = {}
+    for label, recorded in data.items():
+        rounds = recorded["samples"]
+        per_side = min(g.confirm_rounds, (len(rounds) - 2) // 2)
+        curves[label] = calibration.detection_curve(rounds, slowdowns, screen=g.screen, threshold=g.threshold,
+                                                    alpha=g.alpha, confirm_rounds=per_side, trials=args.trials)
+    print(report.calibration_markdown(curves, g))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "calibration.json").write_text(json.dumps(curves, indent=1))
+        plots.calibration_plot(curves, out / "calibration.png", threshold=g.threshold)
+        print(f"wrote {out / 'calibration.json'} and {out / 'calibration.png'}")
+    at = {label: dict((round(s, 2), failed) for s, _, failed in c) for label, c in curves.items()}
+    ok = all(a[0.05] >= 0.95 and a[0.0] <= 0.01 for a in at.values())
+    return exits.OK if ok else exits.OFF_TARGET

@@ -1,0 +1,26 @@
+"""`mlagate record`: run asv on a commit and append its results to the store."""
+
+from mlagate import config as config_mod
+from mlagate import exits
+
+
+def add_parser(sub):
+    p = sub.add_parser("record", help="run asv on a commit and append its results to the store")
+    p.add_argument("--rev", default="HEAD", help="commit to record (a worktree is used if it is not checked out)")
+    p.add_argument("--machine", required=True, help="asv machine name (one per GPU model and host setup)")
+    p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
+    p.add_argument("--grid", default="full", choices=("quick", "full"))
+    p.add_argument("--impl", action="append", help="implementation (repeatable; default: all)")
+    p.add_argument("--dtype", action="append", choices=config_mod.DTYPES, help="dtype (repeatable)")
+    p.add_argument("--bench", default=None, help="asv --bench regex (e.g. TimeDecode)")
+    p.set_defaults(func=run)
+
+
+def run(args, cfg) -> int:
+    from mlagate.store import record as recorder
+    from mlagate.store import results as store
+
+    path = recorder.record(args.rev, results=store.results_root(args.results), machine=args.machine,
+                           grid=args.grid, dtypes=args.dtype, impls=args.impl, bench_regex=args.bench)
+    print(f"recorded {args.rev} -> {path}")
+    return exits.OK

@@ -1,0 +1,1 @@
+"""report: what people read: terminal and Markdown text, plots, the static site."""

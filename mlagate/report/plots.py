@@ -1,0 +1,133 @@
+"""The report's figures: matplotlib PNGs (file-only Agg backend), no HTML."""
+
+import itertools
+import math
+
+from mlagate.measure import metrics
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (CI and GPU hosts have no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def roofline(cfg, arch: str | None, batch: int, seqlen: int, dtype: str, heads: int) -> float | None:
+    """min(peak TFLOPs, arithmetic intensity x peak bandwidth) for the arch, None if not configured."""
+    peak = cfg.peaks(arch)
+    if peak is None:
+        return None
+    intensity = metrics.flops(batch, heads, seqlen) / metrics.bytes_moved(batch, heads, seqlen, dtype)
+    return min(peak.tflops, intensity * peak.tbps)
+
+
+def impl_order(cfg, rows):
+    present = {r["impl"] for r in rows}
+    return [i for i in cfg.implementations if i in present] + sorted(present - set(cfg.implementations))
+
+
+def _colors(cfg):
+    return {impl: f"C{i}" for i, impl in enumerate(cfg.implementations)}
+
+
+def tflops_png(path, cfg, rows, arch) -> None:
+    """One panel per (batch, dtype) in a row per head count: TFLOPs vs seqlen per implementation."""
+    plt = pyplot()
+    heads = sorted({r["heads"] for r in rows})
+    columns = sorted({(r["batch"], r["dtype"]) for r in rows})
+    fig, axes = plt.subplots(len(heads), len(columns), figsize=(5.4 * len(columns) + 2.2, 3.8 * len(heads)),
+                             squeeze=False, layout="constrained")
+    peak = cfg.peaks(arch)
+    for ax, (h, (batch, dtype)) in zip(axes.flat, itertools.product(heads, columns)):
+        panel = [r for r in rows if (r["heads"], r["batch"], r["dtype"]) == (h, batch, dtype)]
+        for impl in impl_order(cfg, rows):
+            pts = sorted((r["seqlen"], r["tflops"]) for r in panel if r["impl"] == impl and r["tflops"] is not None)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", color=_colors(cfg).get(impl), label=impl)
+        seqlens = sorted({r["seqlen"] for r in panel}) or [1]
+        if peak:
+            ax.plot(seqlens, [roofline(cfg, arch, batch, s, dtype, h) for s in seqlens], "k--", marker="_", ms=14,
+                    label=f"roofline: min({peak.tflops:g} TFLOPs, intensity × {peak.tbps:g} TB/s)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(seqlens, [str(s) for s in seqlens])
+        ax.set_ylim(bottom=0)
+        ax.set(xlabel="seqlen", ylabel="TFLOPs", title=f"{h} heads, batch {batch}, {dtype}")
+        ax.grid(True, alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def ratio_png(path, cfg, rows, platform) -> None:
+    plt = pyplot()
+    impl, vendor, floor = cfg.platform(platform).tilelang, cfg.platform(platform).vendor, cfg.gate.ratio[platform].floor
+    cases = sorted((r["heads"], r["batch"], r["seqlen"], r["dtype"], r["ratio"]) for r in rows
+                   if r["impl"] == impl and r["ratio"] is not None)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(cases) + 4.0), 3.4), layout="constrained")
+    x = range(len(cases))
+    values = [c[-1] for c in cases]
+    bars = ax.bar(x, values, color=["C2" if v >= floor else "C3" for v in values], width=0.6)
+    ax.bar_label(bars, [f"{v:.2f}" for v in values], fontsize=8)
+    ax.axhline(floor, color="C3", ls="--", label=f"gate floor {floor:.2f} (gate.vendor_ratio.{platform}.floor)")
+    ax.axhline(1.0, color="grey", lw=1, label=f"= {vendor}")
+    ax.set_xticks(list(x), [f"h{h} b{b} s{s}\n{d}" for h, b, s, d, _ in cases],
+                  fontsize=8, rotation=30 if len(cases) > 6 else 0)
+    ax.set_ylim(0, max([1.1, *values]) * 1.12)
+    ax.set(ylabel=f"TFLOPs {impl} / {vendor}", title=f"{impl} vs {vendor} per case")
+    fig.legend(loc="outside right upper", fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def trend_png(path, cfg, commits, series) -> None:
+    """series: {case: [latency s or None per commit]}; one panel per (batch, seqlen, dtype, heads)."""
+    plt = pyplot()
+    panels = sorted({c[1:] for c in series})
+    ncols = min(len(panels), 5)
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 1.8, 2.7 * nrows), squeeze=False,
+                             layout="constrained")
+    labels = [c.commit[:8] for c in commits]
+    for ax, (batch, seqlen, dtype, heads) in zip(axes.flat, panels):
+        for impl in impl_order(cfg, [{"impl": c[0]} for c in series]):
+            values = series.get((impl, batch, seqlen, dtype, heads))
+            if values:
+                ax.plot(range(len(labels)), [v * 1e6 if v is not None else math.nan for v in values], marker="o",
+                        ms=4, color=_colors(cfg).get(impl), label=impl)
+        ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"h{heads} b{batch} s{seqlen} {dtype}", fontsize=9)
+        ax.set_ylabel("median µs", fontsize=8)
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside right upper", fontsize=8)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def calibration_plot(curves, path, *, threshold) -> str:
+    plt = pyplot()
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, curve in curves.items():
+        ax.plot([s * 100 for s, _, _ in curve], [f for _, _, f in curve], marker="o", label=label)
+    ax.axhline(0.95, color="grey", ls=":", lw=1)
+    ax.axhline(0.01, color="grey", ls=":", lw=1)
+    ax.axvline(threshold * 100, color="red", ls="--", lw=1, label=f"threshold {threshold:.1%}")
+    ax.set_xlabel("injected slowdown (%)")
+    ax.set_ylabel("share of gate runs that fail")
+    ax.set_title("Gate calibration on recorded H200 noise")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)

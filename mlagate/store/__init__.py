@@ -1,0 +1,1 @@
+"""store: asv's results directory, the sidecars beside it, the results branch, and `record`."""
