@@ -128,7 +128,7 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
         with tempfile.TemporaryFile("w+") as stderr:
             # cwd = the folder holding this mlagate, so `-m` imports this same code (asv runs
             # a commit's benchmarks from a worktree; the cwd's checkout may be another commit).
-            proc = subprocess.Popen([python, "-m", "mlagate.bench"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            proc = subprocess.Popen([python, "-m", "mlagate.measure.grid"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=stderr, text=True, env=env, cwd=ROOT)
             try:
                 proc.stdin.write(json.dumps(job))
