@@ -1,6 +1,9 @@
-"""A measured case: what was measured (Case), and its identity across commits (its key)."""
+"""A measured case: what was measured (Case), its identity across commits (its key),
+and what came of it (CaseResult), one record from the worker to the bench file,
+the asv suite, the tables and the report."""
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 
 
 @dataclass(frozen=True)
@@ -23,3 +26,78 @@ class Case:
 def case_label(key: tuple) -> str:
     impl, batch, seqlen, dtype, heads = key
     return f"{impl} h={heads} b={batch} s={seqlen} {dtype}"
+
+
+class Status(StrEnum):
+    OK = "ok"
+    FAILED = "failed"  # wrong result, or an error or crash while measuring: never timed or not finished
+    SKIPPED = "skipped"  # cannot run here (kernel or package missing); the reason says why
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Per-call kernel times in ms, and how they were taken."""
+
+    times_ms: tuple
+    backend: str  # "cuda-event" or "cuda-graph" (HIP events on ROCm)
+    flush_bytes: int  # buffer written before every sample; 0 = warm cache
+    warmup_calls: int
+    device: str
+    dropped: int = 0  # calls not timed: the GPU had reached the start event before the host queued them
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["times_ms"] = list(self.times_ms)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Samples":
+        return cls(**{**d, "times_ms": tuple(d["times_ms"])})
+
+
+# Derived from the samples by the grid runner (or read from the store); in the JSON only where known.
+METRICS = ("median_ms", "iqr_ms", "ci99_ms", "outliers", "n", "tflops", "gbps", "roofline", "vendor_ratio")
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One measured case: its status, raw samples, correctness error and derived metrics.
+
+    The worker sends it (to_dict), the grid runner adds the metrics and writes it to
+    the bench JSON file, which from_dict reads back; the report builds it from a
+    commit's asv results too (median, TFLOPs and vendor ratio only)."""
+
+    case: Case
+    status: Status
+    reason: str | None = None  # why it failed or was skipped
+    samples: Samples | None = None
+    error: dict = field(default_factory=dict)  # max abs/rel error against the reference
+    gpu: int | None = None  # the grid runner's GPU index; None: the one GPU as visible
+    median_ms: float | None = None
+    iqr_ms: float | None = None
+    ci99_ms: tuple | None = None  # (low, high) of the median
+    outliers: float | None = None  # share of samples
+    n: int | None = None
+    tflops: float | None = None
+    gbps: float | None = None
+    roofline: float | None = None  # share of the arch's roofline (perf.yml peaks)
+    vendor_ratio: float | None = None  # TFLOPs over the vendor kernel's, same point and GPU
+
+    def to_dict(self) -> dict:
+        d = {**asdict(self.case), "status": self.status.value, "reason": self.reason,
+             "samples": self.samples.to_dict() if self.samples else None, "error": self.error, "gpu": self.gpu}
+        d.update((name, getattr(self, name)) for name in METRICS if getattr(self, name) is not None)
+        if self.ci99_ms is not None:
+            d["ci99_ms"] = list(self.ci99_ms)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CaseResult":
+        """Of to_dict's output; files without heads read as heads = 128 (Case's default)."""
+        case = Case(**{f.name: d[f.name] for f in fields(Case) if f.name in d})
+        known = {name: d[name] for name in METRICS if d.get(name) is not None}
+        if "ci99_ms" in known:
+            known["ci99_ms"] = tuple(known["ci99_ms"])
+        return cls(case, Status(d["status"]), d.get("reason"),
+                   Samples.from_dict(d["samples"]) if d.get("samples") else None, d.get("error") or {},
+                   d.get("gpu"), **known)

@@ -6,20 +6,20 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlagate.decide import verdict as decide
-
-from mlagate.report import text as report
-
-from mlagate.decide import build_rules as resources
+from mlagate import gitops
 from mlagate.case import Case
 from mlagate.config import Config
-from mlagate import gitops
+from mlagate.decide import build_rules, verdict
+from mlagate.decide.verdict import Kind, Note
 from mlagate.gitops import GitError, git, resolve
-from mlagate.store.results import GateError, Store, StoreError
+from mlagate.report import text as report
+from mlagate.store.errors import GateError, StoreError
+from mlagate.store.results import Store
+
 
 @dataclass
 class GateOutput:
-    verdict: decide.Verdict
+    verdict: verdict.Verdict
     markdown: str
     files: dict
 
@@ -69,23 +69,25 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     platform, arch = head_platform(store, machine, head_commit, platform, cfg)
     history = [r for r in main_history(store, machine, base_commit, cfg.gate.drift_lookback)
                if r.commit != head_commit]
-    verdict = decide.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history)
-    flagged = verdict.flagged()
+    decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history)
+    flagged = decided.flagged()
     if confirm and flagged:
-        from mlagate.measure import interleaved as confirm_mod
+        from mlagate.measure import interleaved
 
         cases = [Case(*c.case) for c in flagged]
         echo(f"confirming {len(cases)} flagged case(s) with an interleaved base/head re-measure")
-        confirmations = confirm_mod.interleaved(cases, gitops.REPO, base_commit, head_commit, cfg.timing,
+        confirmations = interleaved.interleaved(cases, gitops.REPO, base_commit, head_commit, cfg.timing,
                                                 cfg.gate.confirm_rounds)
-        verdict = decide.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history,
-                                  confirmations=confirmations)
+        decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history,
+                                   confirmations=confirmations)
     elif flagged:
-        verdict.warnings.append("flagged cases were not re-measured interleaved (run the gate with --confirm "
-                                "on the GPU host to rule out run-to-run noise)")
-    decide.add_build_findings(verdict, build_findings(store, machine, base_commit, head_commit, cfg, verdict.warnings))
-    verdict.warnings += [f"skipped unreadable results: {p}" for p in store.problems]  # of other commits: drift only
-    return write_outputs(verdict, loaded["head"], out_dir, cfg, arch=arch)
+        decided.warnings.append(Note(Kind.UNCONFIRMED, "flagged cases were not re-measured interleaved (run the "
+                                     "gate with --confirm on the GPU host to rule out run-to-run noise)"))
+    verdict.add_build_findings(decided, build_findings(store, machine, base_commit, head_commit, cfg,
+                                                       decided.warnings))
+    decided.warnings += [Note(Kind.UNREADABLE_RESULTS, f"skipped unreadable results: {p}")
+                         for p in store.problems]  # of other commits: drift only
+    return write_outputs(decided, loaded["head"], out_dir, cfg, arch=arch)
 
 
 def refuse_corrupt(store: Store, name: str, commit: str):
@@ -134,19 +136,20 @@ def head_platform(store: Store, machine: str, head: str, given: str | None, cfg:
 
 
 def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config, warnings: list) -> list:
-    """Head's build reports (`mlagate build --record` sidecars) against base's, per target."""
+    """Head's build reports (`mlagate build --record` sidecars) against base's, per target;
+    a head without a report that base has is a Note in ``warnings``."""
     found = []
-    for target in resources.DEFAULT_TARGETS:
-        kind = resources.sidecar_kind(target)
+    for target in build_rules.DEFAULT_TARGETS:
+        kind = build_rules.sidecar_kind(target)
         base_report = store.read_sidecar(machine, base, kind, strict=True)
         head_report = store.read_sidecar(machine, head, kind, strict=True)
         if head_report is None:
             if base_report is not None:
-                warnings.append(f"no {kind} report for head {head[:8]} while base has one: run "
-                                f"mlagate build --record --machine {machine} on the head commit")
+                warnings.append(Note(Kind.NO_BUILD_REPORT, f"no {kind} report for head {head[:8]} while base has "
+                                     f"one: run mlagate build --record --machine {machine} on the head commit"))
             continue
         try:
-            found += resources.evaluate_build(base_report, head_report, cfg)
+            found += build_rules.evaluate_build(base_report, head_report, cfg)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             paths = [store.sidecar_path(machine, c, kind) for c, r in ((base, base_report), (head, head_report)) if r]
             raise GateError(f"{' and '.join(map(str, paths))}: not build reports the gate can compare "
@@ -159,7 +162,7 @@ def write_outputs(verdict, head, out_dir: Path, cfg: Config, arch: str | None) -
     from mlagate.report.site import commit_rows
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = [r for r in commit_rows(head) if r["tflops"] is not None]
+    rows = [r for r in commit_rows(head) if r.tflops is not None]
     plot = out_dir / "tflops.png" if rows else None
     if plot:
         tflops_png(plot, cfg, rows, arch)

@@ -44,3 +44,7 @@ LAST_LEVEL_CACHE_BYTES = {"gfx942": 256 << 20}
 
 # The matrix instruction a kernel should compile to, as the SASS or the source names it.
 EXPECTED_MATRIX = {"sm_90": "HGMMA", "gfx942": "MFMA"}
+
+# gfx90a and later (MI300X's gfx942): AGPRs share one register file per lane with the VGPRs and
+# start at the VGPR count aligned to this (LLVM's getTotalNumVGPRs).
+UNIFIED_VGPR_ALIGNMENT = 4

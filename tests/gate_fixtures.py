@@ -12,8 +12,9 @@ from pathlib import Path
 
 from mlagate import config
 
-from mlagate.decide import verdict as decide
-from mlagate.store.results import BENCH_RATIO, BENCH_TIME, Store, case_keys
+from mlagate.decide import verdict
+from mlagate.store.results import Store
+from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, case_keys
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200"
 RESULTS = FIXTURES / "results"
@@ -66,13 +67,14 @@ def skip(value, samples):
 def evaluate(root, base=BASE, head=DOCS, cfg=None, **kwargs):
     store = Store(root)
     cfg = cfg or config.load()
-    return decide.evaluate(store.load(MACHINE, base), store.load(MACHINE, head), cfg, "cuda", **kwargs)
+    return verdict.evaluate(store.load(MACHINE, base), store.load(MACHINE, head), cfg, "cuda", **kwargs)
 
 
 def decide_full_grid():
     """The gate's decision over the full recorded fp16 grid (70 cases), base = head."""
     data = json.loads((FIXTURES / "bench_full_fp16_2026-11-29.json").read_text())
-    from mlagate.store.results import CommitResults, Entry
+    from mlagate.store.results import CommitResults
+    from mlagate.store.results_file import Entry
 
     entries = {(r["impl"], r["batch"], r["seqlen"], r["dtype"], r["heads"]): Entry(
         "ok", r["median_ms"] / 1e3, tuple(t / 1e3 for t in r["samples"]["times_ms"]))
@@ -80,7 +82,7 @@ def decide_full_grid():
     ratios = {k: Entry("ok", r["vendor_ratio"]) for r in data["results"] if r.get("vendor_ratio")
               for k in [(r["impl"], r["batch"], r["seqlen"], r["dtype"], r["heads"])]}
     results = CommitResults(MACHINE, BASE, 0, [], {BENCH_TIME: entries, BENCH_RATIO: ratios})
-    return decide.evaluate(results, results, config.load(), "cuda")
+    return verdict.evaluate(results, results, config.load(), "cuda")
 
 
 def drop_batch(root, commit, batch):

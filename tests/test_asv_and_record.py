@@ -12,9 +12,10 @@ import pytest
 
 from mlagate import cli, gitops
 
-from mlagate.store import record as recorder
+from mlagate.store import record
 
-from mlagate.store.results import BENCH_TIME, Store
+from mlagate.store.results import Store
+from mlagate.store.results_file import BENCH_TIME
 
 
 def test_asv_discovers_the_benchmarks(tmp_path):
@@ -87,7 +88,7 @@ def test_record_without_a_gpu_refuses_before_writing_anything(tmp_path, capsys, 
 def test_record_on_a_cpu_through_asv_then_refuses_a_second_record(tmp_path, capsys, monkeypatch, clone):
     """The whole asv path, on a CPU: the GPU check (in this process, before asv starts) stands
     aside and the suite skips every case with its reason."""
-    monkeypatch.setattr(recorder, "gpu_available", lambda: True)
+    monkeypatch.setattr(record, "gpu_available", lambda: True)
     store_dir = tmp_path / "store"
     store_dir.mkdir()
     monkeypatch.chdir(tmp_path)  # a relative --results, as `make bench` passes it

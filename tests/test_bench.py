@@ -1,17 +1,19 @@
 """The grid runner's fault isolation, with a stand-in worker (no GPU needed)."""
 
+import json
 import os
 import stat
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from mlagate import cli, config
+from mlagate import config
+from mlagate.case import Case, CaseResult, Status
+from mlagate.measure import grid
 
-from mlagate.measure import grid as bench
-from mlagate.case import Case
-
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "h200"
 FAKE_WORKER = textwrap.dedent('''
     import json, os, signal, sys
     MARK = "@@mlagate "
@@ -23,10 +25,14 @@ FAKE_WORKER = textwrap.dedent('''
             sys.stderr.write("illegal memory access\\n"); sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGSEGV)
         status = "skipped" if fields["impl"] == "aiter" else "ok"
-        outcome = dict(fields, status=status, reason=None if status == "ok" else "aiter: not installed",
-                       samples={"times_ms": [1.0, 1.1, 0.9]} if status == "ok" else None, error={},
-                       pid=os.getpid(), visible={k: v for k, v in os.environ.items() if k.endswith("_DEVICES")})
-        print(MARK + json.dumps({"event": "done", "index": index, "outcome": outcome}), flush=True)
+        # which process ran it, with which visible devices: in samples.device, where it was measured
+        device = json.dumps({"pid": os.getpid(),
+                             "visible": {k: v for k, v in os.environ.items() if k.endswith("_DEVICES")}})
+        samples = {"times_ms": [1.0, 1.1, 0.9], "backend": "fake", "flush_bytes": 0, "warmup_calls": 0,
+                   "device": device}
+        result = dict(fields, status=status, reason=None if status == "ok" else "aiter: not installed",
+                      samples=samples if status == "ok" else None, error={})
+        print(MARK + json.dumps({"event": "done", "index": index, "result": result}), flush=True)
 ''')
 
 
@@ -43,42 +49,61 @@ def cases(*seqlens, impl="tilelang-hopper"):
     return [Case(impl, 64, s, "float16") for s in seqlens]
 
 
+def worker(result: CaseResult) -> dict:
+    """The stand-in worker's pid and visible devices for a case it measured."""
+    return json.loads(result.samples.device)
+
+
 def test_a_crashing_case_fails_alone_and_the_grid_goes_on(tmp_path):
     timing = config.load().timing
     seen = []
-    rows = bench.run_cases(cases(1024, 666, 2048, 4096), timing, python=fake_python(tmp_path), on_result=seen.append)
-    assert [r["status"] for r in rows] == ["ok", "failed", "ok", "ok"]
-    assert "worker exited with code -11 during this case" in rows[1]["reason"]
-    assert "illegal memory access" in rows[1]["reason"]
-    assert rows[0]["pid"] != rows[2]["pid"]  # a fresh worker took over after the crash
+    rows = grid.run_cases(cases(1024, 666, 2048, 4096), timing, python=fake_python(tmp_path), on_result=seen.append)
+    assert [r.status for r in rows] == [Status.OK, Status.FAILED, Status.OK, Status.OK]
+    assert "worker exited with code -11 during this case" in rows[1].reason
+    assert "illegal memory access" in rows[1].reason
+    assert worker(rows[0])["pid"] != worker(rows[2])["pid"]  # a fresh worker took over after the crash
     assert len(seen) == 4
 
 
 def test_skips_keep_their_reason(tmp_path):
-    rows = bench.run_cases(cases(1024, impl="aiter"), config.load().timing, python=fake_python(tmp_path))
-    assert rows[0]["status"] == "skipped" and rows[0]["reason"] == "aiter: not installed"
+    rows = grid.run_cases(cases(1024, impl="aiter"), config.load().timing, python=fake_python(tmp_path))
+    assert rows[0].status == Status.SKIPPED and rows[0].reason == "aiter: not installed"
 
 
 def test_a_worker_that_cannot_start_fails_every_case_once(tmp_path):
     broken = tmp_path / "broken"
     broken.write_text("#!/bin/sh\necho 'no such module' >&2\nexit 1\n")
     broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
-    rows = bench.run_cases(cases(1024, 2048), config.load().timing, python=str(broken))
-    assert all(r["status"] == "failed" and "failed to start" in r["reason"] for r in rows)
+    rows = grid.run_cases(cases(1024, 2048), config.load().timing, python=str(broken))
+    assert all(r.status == Status.FAILED and "failed to start" in r.reason for r in rows)
 
 
 def test_cases_spread_over_gpus_record_their_gpu(tmp_path):
-    rows = bench.run_cases(cases(1024, 2048, 4096, 8192), config.load().timing, gpus=[0, 1],
+    rows = grid.run_cases(cases(1024, 2048, 4096, 8192), config.load().timing, gpus=[0, 1],
                            python=fake_python(tmp_path))
-    assert {r["gpu"] for r in rows} == {0, 1}
-    assert all(r["status"] == "ok" for r in rows)
+    assert {r.gpu for r in rows} == {0, 1}
+    assert all(r.status == Status.OK for r in rows)
 
 
 def test_outputs_are_json_and_csv(tmp_path):
-    rows = bench.add_metrics(bench.run_cases(cases(1024), config.load().timing, python=fake_python(tmp_path)))
-    bench.write_outputs(tmp_path / "bench.json", rows, {"gpu": "none"})
+    rows = grid.add_metrics(grid.run_cases(cases(1024), config.load().timing, python=fake_python(tmp_path)))
+    grid.write_outputs(tmp_path / "bench.json", rows, {"gpu": "none"})
     assert (tmp_path / "bench.csv").read_text().splitlines()[0].startswith("impl,batch,seqlen")
     assert os.path.getsize(tmp_path / "bench.json") > 100
+    back, environment = grid.read_outputs(tmp_path / "bench.json")
+    assert environment == {"gpu": "none"} and back[0].case == rows[0].case
+    assert json.dumps([r.to_dict() for r in back]) == json.dumps([r.to_dict() for r in rows])  # NaN CI of 3 samples
+
+
+def test_a_bench_file_on_disk_reads_back_to_the_same_json():
+    """The record keeps the file format: every row of an `mlagate bench --out` file (ok and skipped)
+    turns into a CaseResult and back into the very same JSON."""
+    with open(FIXTURES / "bench_full_fp16_2026-11-29.json") as f:
+        rows = json.load(f)["results"]
+    results = [CaseResult.from_dict(r) for r in rows]
+    assert [r.to_dict() for r in results] == rows
+    assert {r.status for r in results} == {Status.OK, Status.SKIPPED}
+    assert all(r.samples.times_ms and r.tflops and r.vendor_ratio for r in results if r.status == Status.OK)
 
 
 # -- a worker's visible device is an entry of the parent's list -------------------
@@ -94,7 +119,7 @@ def _no_visible_devices(monkeypatch):
 
 
 def test_a_worker_gets_the_entry_of_the_parents_list():
-    env = bench.worker_visible_env
+    env = grid.worker_visible_env
     assert env({"HIP_VISIBLE_DEVICES": "3"}, 0) == {"HIP_VISIBLE_DEVICES": "3"}  # compose's container GPU
     assert env({"HIP_VISIBLE_DEVICES": "2,5"}, 1) == {"HIP_VISIBLE_DEVICES": "5"}
     assert env({"CUDA_VISIBLE_DEVICES": "4, 6", "HIP_VISIBLE_DEVICES": "4,6"}, 1) == {
@@ -112,29 +137,29 @@ def test_a_worker_gets_the_entry_of_the_parents_list():
 
 def test_an_index_past_the_parents_list_names_the_variable(monkeypatch):
     with pytest.raises(ValueError, match=r"GPU 1: HIP_VISIBLE_DEVICES='3' lists 1 device\(s\)"):
-        bench.worker_visible_env({"HIP_VISIBLE_DEVICES": "3"}, 1)
+        grid.worker_visible_env({"HIP_VISIBLE_DEVICES": "3"}, 1)
     with pytest.raises(ValueError, match=r"ROCR_VISIBLE_DEVICES='GPU-aa,GPU-bb' lists 2 device"):
-        bench.worker_visible_env({"ROCR_VISIBLE_DEVICES": "GPU-aa,GPU-bb"}, 2)
+        grid.worker_visible_env({"ROCR_VISIBLE_DEVICES": "GPU-aa,GPU-bb"}, 2)
     with pytest.raises(ValueError, match=r"CUDA_VISIBLE_DEVICES='' lists 0 device"):
-        bench.worker_visible_env({"CUDA_VISIBLE_DEVICES": ""}, 0)
+        grid.worker_visible_env({"CUDA_VISIBLE_DEVICES": ""}, 0)
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "3,5")
-    assert bench.parse_gpus("1,0") == [1, 0]
+    assert grid.parse_gpus("1,0") == [1, 0]
     with pytest.raises(ValueError, match="GPU 2: HIP_VISIBLE_DEVICES='3,5'"):  # mlagate bench exits 2 up front
-        bench.parse_gpus("0,2")
+        grid.parse_gpus("0,2")
 
 
 def test_workers_time_the_parents_gpus_and_a_missing_one_fails_its_cases(tmp_path, monkeypatch):
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "2,5")
-    rows = bench.run_cases(cases(1024, 2048, 4096, 8192), config.load().timing, gpus=[0, 1],
+    rows = grid.run_cases(cases(1024, 2048, 4096, 8192), config.load().timing, gpus=[0, 1],
                            python=fake_python(tmp_path))
-    assert all(r["status"] == "ok" for r in rows)
-    assert {(r["gpu"], r["visible"]["HIP_VISIBLE_DEVICES"]) for r in rows} == {(0, "2"), (1, "5")}
-    assert all("CUDA_VISIBLE_DEVICES" not in r["visible"] for r in rows)  # not invented where unset
+    assert all(r.status == Status.OK for r in rows)
+    assert {(r.gpu, worker(r)["visible"]["HIP_VISIBLE_DEVICES"]) for r in rows} == {(0, "2"), (1, "5")}
+    assert all("CUDA_VISIBLE_DEVICES" not in worker(r)["visible"] for r in rows)  # not invented where unset
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "3")
-    rows = bench.run_cases(cases(1024, 2048), config.load().timing, gpus=[0, 1], python=fake_python(tmp_path))
-    by_gpu = {r["gpu"]: r for r in rows}
-    assert by_gpu[0]["status"] == "ok" and by_gpu[0]["visible"]["HIP_VISIBLE_DEVICES"] == "3"
-    assert by_gpu[1]["status"] == "failed" and "HIP_VISIBLE_DEVICES='3' lists 1 device" in by_gpu[1]["reason"]
+    rows = grid.run_cases(cases(1024, 2048), config.load().timing, gpus=[0, 1], python=fake_python(tmp_path))
+    by_gpu = {r.gpu: r for r in rows}
+    assert by_gpu[0].status == Status.OK and worker(by_gpu[0])["visible"]["HIP_VISIBLE_DEVICES"] == "3"
+    assert by_gpu[1].status == Status.FAILED and "HIP_VISIBLE_DEVICES='3' lists 1 device" in by_gpu[1].reason
 
 
 # -- a worker that exits before reading its job ------------------------------------
@@ -148,24 +173,24 @@ def test_a_worker_that_exits_before_reading_its_job_fails_every_case_once(tmp_pa
     quitter.chmod(quitter.stat().st_mode | stat.S_IEXEC)
     seen = []
     many = cases(*range(1, 20001))
-    rows = bench.run_cases(many, config.load().timing, python=str(quitter), on_result=seen.append)
+    rows = grid.run_cases(many, config.load().timing, python=str(quitter), on_result=seen.append)
     assert len(rows) == len(seen) == 20000
-    assert {r["status"] for r in rows} == {"failed"}
-    assert {r["reason"] for r in rows} == {"worker failed to start (code 7): ModuleNotFoundError: torch"}
+    assert {r.status for r in rows} == {Status.FAILED}
+    assert {r.reason for r in rows} == {"worker failed to start (code 7): ModuleNotFoundError: torch"}
 
 
 def test_a_broken_pipe_is_reported_like_a_worker_that_did_not_start(tmp_path, monkeypatch):
     """The race itself, forced: the worker is gone before the job is written."""
-    real_popen = bench.subprocess.Popen
+    real_popen = grid.subprocess.Popen
 
     def popen(*args, **kwargs):
         proc = real_popen(*args, **kwargs)
         proc.wait()  # exited without reading stdin
         return proc
 
-    monkeypatch.setattr(bench.subprocess, "Popen", popen)
+    monkeypatch.setattr(grid.subprocess, "Popen", popen)
     broken = tmp_path / "broken"
     broken.write_text("#!/bin/sh\necho 'no such module' >&2\nexit 1\n")
     broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
-    rows = bench.run_cases(cases(1024, 2048), config.load().timing, python=str(broken))
-    assert [r["reason"] for r in rows] == ["worker failed to start (code 1): no such module"] * 2
+    rows = grid.run_cases(cases(1024, 2048), config.load().timing, python=str(broken))
+    assert [r.reason for r in rows] == ["worker failed to start (code 1): no such module"] * 2

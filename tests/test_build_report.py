@@ -1,4 +1,4 @@
-"""The build report (mlagate build) and its rules (mlagate.resources), on a CPU."""
+"""The build report (mlagate build) and its rules (mlagate.decide.build_rules), on a CPU."""
 
 import json
 import os
@@ -9,16 +9,11 @@ import pytest
 import yaml
 
 from mlagate import cli, config, gate
-
-from mlagate.build import compile as build
-
-from mlagate.decide import verdict as decide
-
-from mlagate.report import build_report
-from mlagate.report import text as report
-
-from mlagate.decide import build_rules as resources
+from mlagate.build import analyse, lower, plan, report, toolchain
+from mlagate.decide import build_rules, verdict
+from mlagate.decide.build_rules import Rule, Severity
 from mlagate.kernels import mla_decode as m
+from mlagate.report import build_report, text
 from mlagate.store.results import Store
 
 CFG = config.load()
@@ -67,7 +62,7 @@ PTX_SAMPLE = """\
 
 
 def test_ptxas_parser_reads_every_entry_function():
-    got = build.parse_ptxas(PTXAS_SAMPLE)
+    got = analyse.parse_ptxas(PTXAS_SAMPLE)
     assert set(got) == {"main_split_kernel", "main_split_kernel_1", "main_no_split_kernel"}  # no device functions
     assert got["main_split_kernel"] == {
         "registers": 255, "spill_stores": 2716, "spill_loads": 2596, "stack_frame": 1720, "static_smem": 0,
@@ -78,37 +73,37 @@ def test_ptxas_parser_reads_every_entry_function():
 
 
 def test_ptxas_parser_refuses_an_entry_without_registers():
-    with pytest.raises(build.BuildError, match="main_x: ptxas -v printed no 'Used N registers'"):
-        build.parse_ptxas("ptxas info    : Compiling entry function 'main_x' for 'sm_90a'\n")
+    with pytest.raises(plan.BuildError, match="main_x: ptxas -v printed no 'Used N registers'"):
+        analyse.parse_ptxas("ptxas info    : Compiling entry function 'main_x' for 'sm_90a'\n")
 
 
 def test_matrix_instruction_counts_from_sass_and_ptx():
-    assert build.count_sass(SASS_SAMPLE) == {"main_split_kernel_1": {"HGMMA": 0, "HMMA": 0},
-                                             "main_split_kernel": {"HGMMA": 2, "HMMA": 1}}
-    assert build.count_ptx(PTX_SAMPLE) == {"main_split_kernel": {"HGMMA": 2, "HMMA": 0},
-                                           "main_split_kernel_1": {"HGMMA": 0, "HMMA": 1}}
+    assert analyse.count_sass(SASS_SAMPLE) == {"main_split_kernel_1": {"HGMMA": 0, "HMMA": 0},
+                                               "main_split_kernel": {"HGMMA": 2, "HMMA": 1}}
+    assert analyse.count_ptx(PTX_SAMPLE) == {"main_split_kernel": {"HGMMA": 2, "HMMA": 0},
+                                             "main_split_kernel_1": {"HGMMA": 0, "HMMA": 1}}
 
 
 def test_static_shared_memory_and_unknown_types():
     src = ('extern "C" __global__ void __launch_bounds__(384, 1) k(float* x) {\n'
            "  extern __shared__ __align__(1024) uchar buf_dyn_shmem[];\n"
            "  __shared__ __align__(16) uint64_t mbarrier_mem[10];\n  __shared__ float red[4][8];\n}\n")
-    got = build.analyze_source(src, "cuda")["k"]
+    got = analyse.analyze_source(src, "cuda")["k"]
     assert (got["launch_bounds"], got["static_smem"]) == ("384, 1", 80 + 128)
-    with pytest.raises(build.BuildError, match=r"k: __shared__ mystery_t s\[4\]: unknown element size"):
-        build.analyze_source(src.replace("float red[4][8]", "mystery_t s[4]"), "cuda")
+    with pytest.raises(plan.BuildError, match=r"k: __shared__ mystery_t s\[4\]: unknown element size"):
+        analyse.analyze_source(src.replace("float red[4][8]", "mystery_t s[4]"), "cuda")
 
 
 def test_jobs_cover_split_combine_and_no_split_once():
     shape = m.Shape(batch=64, seqlen=4096)
-    hopper = build.plan_jobs("cuda:sm_90a", [m.HOPPER], [shape])  # the plan does not split at batch 64
-    assert [(j.plan().num_split, j.forced) for j in hopper] == [(build.FORCED_SPLIT, True), (1, False)]
-    cdna3 = build.plan_jobs("hip:gfx942", [m.CDNA3], [shape])  # the plan splits in 4: no-split is forced
+    hopper = plan.plan_jobs("cuda:sm_90a", [m.HOPPER], [shape])  # the plan does not split at batch 64
+    assert [(j.plan().num_split, j.forced) for j in hopper] == [(plan.FORCED_SPLIT, True), (1, False)]
+    cdna3 = plan.plan_jobs("hip:gfx942", [m.CDNA3], [shape])  # the plan splits in 4: no-split is forced
     assert [(j.plan().num_split, j.forced) for j in cdna3] == [(4, False), (1, True)]
-    short = build.plan_jobs("cuda:sm_90a", [m.HOPPER], [m.Shape(batch=64, seqlen=64)])  # one tile: no split
+    short = plan.plan_jobs("cuda:sm_90a", [m.HOPPER], [m.Shape(batch=64, seqlen=64)])  # one tile: no split
     assert [j.plan().num_split for j in short] == [1]
-    with pytest.raises(build.BuildError, match="sm_90a is a cuda architecture"):
-        build.parse_target("hip:sm_90a")
+    with pytest.raises(plan.BuildError, match="sm_90a is a cuda architecture"):
+        plan.parse_target("hip:sm_90a")
 
 
 def _normalized(source):  # tilelang numbers its reduction workspaces in no fixed order
@@ -117,10 +112,10 @@ def _normalized(source):  # tilelang numbers its reduction workspaces in no fixe
 
 def test_hip_lds_and_mfma_from_lowered_source():
     shape = m.Shape(batch=64, seqlen=1024)
-    job = build.plan_jobs("hip:gfx942", [m.CDNA3], [shape])[0]
-    lowered = build.lower_job(job)
+    job = plan.plan_jobs("hip:gfx942", [m.CDNA3], [shape])[0]
+    lowered = lower.lower_job(job)
     assert _normalized(lowered["source"]) == _normalized(m.lower(shape, m.CDNA3, "gfx942"))  # same as lower()
-    rows = {r["role"]: r for r in build.kernel_rows(job, lowered, None, 65536)}
+    rows = {r["role"]: r for r in report.kernel_rows(job, lowered, None, 65536)}
     split, combine = rows["split"], rows["combine"]
     # K/V tile (32 x 512) and K_pe tile (32 x 64) in fp16, plus the reduction workspaces.
     assert split["dynamic_smem"] >= (32 * 512 + 32 * 64) * 2 and split["static_smem"] == 0
@@ -156,15 +151,15 @@ def test_a_kernel_that_cannot_launch_on_mi300x_fails_the_build(tmp_path, monkeyp
 
 def test_a_hopper_config_over_227_kb_fails_without_a_base():
     bad = m.HOPPER.with_(name="hopper-big", block_N=128, block_H=128)
-    reports = build.build_reports(["cuda:sm_90a"], {"cuda:sm_90a": [bad]}, [m.Shape(batch=64, seqlen=1024)],
-                                  codegen_only=True, smem_limits=CFG.gate.shared_memory_limit)
-    failed = [f for f in resources.evaluate_build(None, reports["cuda:sm_90a"], CFG) if f.failed]
-    assert failed and all(f.rule == "shared_memory" for f in failed)
-    assert any("hopper-big/float16/h128/b64/s1024/no-split: shared memory" in f.message and "232448 B" in f.message
-               for f in failed)
+    reports = report.build_reports(["cuda:sm_90a"], {"cuda:sm_90a": [bad]}, [m.Shape(batch=64, seqlen=1024)],
+                                   codegen_only=True, smem_limits=CFG.gate.shared_memory_limit)
+    failed = [f for f in build_rules.evaluate_build(None, reports["cuda:sm_90a"], CFG) if f.failed]
+    assert failed and all(f.rule == Rule.SHARED_MEMORY for f in failed)
+    (f,) = [f for f in failed if f.kernel == "hopper-big/float16/h128/b64/s1024/no-split"]
+    assert f.message.startswith(f"{f.kernel}: shared memory") and "232448 B" in f.message
 
 
-# -- resources.evaluate_build: each rule fails and passes ------------------------
+# -- build_rules.evaluate_build: each rule fails and passes ------------------------
 
 def _row(kernel="hopper/float16/h128/b64/s4096/split", **kw):
     row = {"kernel": kernel, "threads": 128, "registers": 128, "spill_stores": 0, "spill_loads": 0,
@@ -179,13 +174,14 @@ def _report(*rows, target="cuda:sm_90a", arch="sm_90a", toolchain=None):
 
 
 def _failed(base, head):
-    return [f for f in resources.evaluate_build(base, head, CFG) if f.failed]
+    return [f for f in build_rules.evaluate_build(base, head, CFG) if f.failed]
 
 
 def test_shared_memory_over_the_limit_fails_even_without_a_base():
     assert not _failed(None, _report(_row(smem=232448)))  # exactly 227 KB launches
     (f,) = _failed(None, _report(_row(smem=232449, static_smem=1025, dynamic_smem=231424)))
-    assert (f.rule, f.kernel) == ("shared_memory", "hopper/float16/h128/b64/s4096/split")
+    assert (f.rule, f.kernel) == (Rule.SHARED_MEMORY, "hopper/float16/h128/b64/s4096/split")
+    assert json.dumps([f.rule, f.status]) == '["shared_memory", "fail"]'  # as verdict.json holds them
     assert "232449 B (static 1025 + dynamic 231424) exceeds the sm_90 limit of 232448 B" in f.message
     (f,) = _failed(None, _report(_row(smem=65537), target="hip:gfx942", arch="gfx942"))
     assert "gfx942 limit of 65536 B" in f.message
@@ -195,66 +191,69 @@ def test_new_spills_fail_and_unchanged_spills_pass():
     base = _report(_row(spill_stores=2716, spill_loads=2596, registers=255))
     assert not _failed(base, _report(_row(spill_stores=2716, spill_loads=2596, registers=255)))
     (f,) = _failed(_report(_row()), _report(_row(spill_stores=8, spill_loads=8)))
-    assert f.rule == "spills" and "spill stores 0 → 8 B" in f.message and "max_new_spill_bytes = 0" in f.message
-    warned = resources.evaluate_build(None, _report(_row(spill_stores=8, spill_loads=8)), CFG)  # no base: warn
-    assert [(f.rule, f.status) for f in warned] == [("spills", "warn")]
+    assert f.rule == Rule.SPILLS and "spill stores 0 → 8 B" in f.message and "max_new_spill_bytes = 0" in f.message
+    warned = build_rules.evaluate_build(None, _report(_row(spill_stores=8, spill_loads=8)), CFG)  # no base: warn
+    assert [(f.rule, f.status) for f in warned] == [(Rule.SPILLS, Severity.WARN)]
 
 
 def test_registers_past_an_occupancy_step_fail():
     # 128 threads: 160 and 168 registers both give 3 blocks per SM (12 warps); 128 gives 4.
     assert not _failed(_report(_row(registers=160)), _report(_row(registers=168)))
     (f,) = _failed(_report(_row(registers=128)), _report(_row(registers=168)))
-    assert f.rule == "occupancy" and "4 → 3 blocks per SM, limited by registers (registers 128 → 168" in f.message
+    assert f.rule == Rule.OCCUPANCY
+    assert "4 → 3 blocks per SM, limited by registers (registers 128 → 168" in f.message
 
 
 def test_a_lost_or_serialized_matrix_instruction_fails():
     assert not _failed(_report(_row()), _report(_row(matrix={"HGMMA": 36})))
     (f,) = _failed(_report(_row()), _report(_row(matrix={"HGMMA": 0, "HMMA": 64})))
-    assert f.rule == "matrix" and "lost HGMMA: 40 in base, 0 in head" in f.message
+    assert f.rule == Rule.MATRIX and "lost HGMMA: 40 in base, 0 in head" in f.message
     serialized = "wgmma.mma_async instructions are serialized due to insufficient register resources"
     (f,) = _failed(_report(_row()), _report(_row(wgmma_serialized=serialized)))
-    assert f.rule == "matrix" and "now serializes wgmma" in f.message
+    assert f.rule == Rule.MATRIX and "now serializes wgmma" in f.message
     assert not _failed(_report(_row(wgmma_serialized=serialized)), _report(_row(wgmma_serialized=serialized)))
 
 
 def test_a_kernel_that_failed_to_build_fails():
     (f,) = _failed(None, _report(_row(error="nvcc failed (exit 2): kernel.cu(3): error: boom")))
-    assert f.rule == "build" and "boom" in f.message
+    assert f.rule == Rule.BUILD and "boom" in f.message
 
 
 def test_occupancy_steps():
-    hopper = resources.occupancy("sm_90a", 384, 168, 232448, 232448)
+    hopper = build_rules.occupancy("sm_90a", 384, 168, 232448, 232448)
     assert (hopper["blocks"], hopper["limited_by"]) == (1, "registers+shared_memory")
-    assert resources.occupancy("sm_90a", 128, 255, 36864, 232448)["limits"]["registers"] == 2
-    assert resources.occupancy("sm_90a", 384, 168, 232449, 232448)["blocks"] == 0
-    assert resources.occupancy("gfx942", 128, None, 37888, 65536)["blocks"] == 1
+    assert build_rules.occupancy("sm_90a", 128, 255, 36864, 232448)["limits"]["registers"] == 2
+    assert build_rules.occupancy("sm_90a", 384, 168, 232449, 232448)["blocks"] == 0
+    assert build_rules.occupancy("gfx942", 128, None, 37888, 65536)["blocks"] == 1
 
 
 # -- the gate reads the sidecars --------------------------------------------------
 
 def test_gate_adds_build_findings_and_warns_on_a_missing_head_report(tmp_path):
-    store, kind = Store(tmp_path), resources.sidecar_kind("cuda:sm_90a")
+    store, kind = Store(tmp_path), build_rules.sidecar_kind("cuda:sm_90a")
     base, head = "a" * 40, "b" * 40
     store.write_sidecar("h200", base, kind, _report(_row(registers=128)))
     warnings = []
     assert gate.build_findings(store, "h200", base, head, CFG, warnings) == []
-    assert "no build-cuda-sm_90a report for head bbbbbbbb while base has one" in warnings[0]
+    (note,) = warnings
+    assert note.kind == verdict.Kind.NO_BUILD_REPORT
+    assert "no build-cuda-sm_90a report for head bbbbbbbb while base has one" in note.text
     store.write_sidecar("h200", head, kind, _report(_row(registers=168)))
     findings = gate.build_findings(store, "h200", base, head, CFG, [])
-    verdict = decide.add_build_findings(decide.Verdict(decide.PASS, []), findings)
-    assert verdict.outcome == decide.REGRESSION
-    md = report.gate_markdown(verdict)
+    v = verdict.add_build_findings(verdict.Verdict("pass", []), findings)
+    assert v.outcome == "regression"
+    md = text.gate_markdown(v)
     assert "### Compiler resources" in md and "4 → 3 blocks per SM" in md
-    assert decide.add_build_findings(decide.Verdict(decide.PASS, []), []).outcome == decide.PASS
+    assert verdict.add_build_findings(verdict.Verdict("pass", []), []).outcome == "pass"
 
 
 # -- one real compile -------------------------------------------------------------
 
-@pytest.mark.skipif(build.find_tool("nvcc") is None,
+@pytest.mark.skipif(toolchain.find_tool("nvcc") is None,
                     reason="nvcc not found on PATH or in $CUDA_HOME/bin: the CUDA build report cannot compile")
 def test_nvcc_compiles_a_hopper_kernel_and_reports_its_resources():
-    reports = build.build_reports(["cuda:sm_90a"], {"cuda:sm_90a": [m.HOPPER]}, [m.Shape(batch=64, seqlen=1024)],
-                                  smem_limits=CFG.gate.shared_memory_limit)
+    reports = report.build_reports(["cuda:sm_90a"], {"cuda:sm_90a": [m.HOPPER]}, [m.Shape(batch=64, seqlen=1024)],
+                                   smem_limits=CFG.gate.shared_memory_limit)
     rep = reports["cuda:sm_90a"]
     rows = {r["role"]: r for r in rep["kernels"]}
     assert set(rows) == {"split", "combine", "no-split"} and not any(r["error"] for r in rows.values())
@@ -265,7 +264,7 @@ def test_nvcc_compiles_a_hopper_kernel_and_reports_its_resources():
         assert r["smem"] == r["static_smem"] + r["dynamic_smem"] and r["dynamic_smem"] > 200_000
     assert rows["combine"]["matrix"]["HGMMA"] == 0 and rows["combine"]["smem"] == 0
     assert rep["toolchain"]["matrix_check"] in ("sass", "ptx")
-    assert not [f for f in resources.evaluate_build(None, rep, CFG) if f.failed]
+    assert not [f for f in build_rules.evaluate_build(None, rep, CFG) if f.failed]
 
 
 # -- gfx942 with hipcc: clang's kernel-resource-usage remarks ----------------------
@@ -349,8 +348,8 @@ def fake_hipcc(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def cdna3_lowered():
     """The cdna3 programs of b64/s1024 fp16, lowered once for the tests below (lowering takes seconds)."""
-    jobs = build.plan_jobs("hip:gfx942", [m.CDNA3], [m.Shape(batch=64, seqlen=1024)])
-    return {j.plan(): build.lower_job(j) for j in jobs}
+    jobs = plan.plan_jobs("hip:gfx942", [m.CDNA3], [m.Shape(batch=64, seqlen=1024)])
+    return {j.plan(): lower.lower_job(j) for j in jobs}
 
 
 def test_hip_remark_parser_reads_every_kernel():
@@ -358,7 +357,7 @@ def test_hip_remark_parser_reads_every_kernel():
     llvm/lib/Target/AMDGPU/AMDGPUAsmPrinter.cpp: "Function Name: <kernel>", then one remark per
     resource with a 4-space indent; upstream LLVM labels the SGPR line "SGPRs" (ROCm's "TotalSGPRs"),
     prints AGPRs only on targets with MFMA and LDS Size only for kernels."""
-    got = build.parse_hip_remarks(HIP_REMARKS)
+    got = analyse.parse_hip_remarks(HIP_REMARKS)
     assert set(got) == {"main_split_kernel", "main_split_kernel_1", "main_no_split_kernel"}
     assert got["main_split_kernel"] == {
         "sgprs": 88, "vgprs": 256, "agprs": 128, "stack_frame": 48, "waves_per_simd": 1, "sgpr_spills": 0,
@@ -370,39 +369,39 @@ def test_hip_remark_parser_reads_every_kernel():
                 "k.cc:3:0: remark:     VGPRs: 10 [-Rpass-analysis=kernel-resource-usage]\n"
                 "k.cc:3:0: remark:     Occupancy [waves/SIMD]: k.occupancy [-Rpass-analysis=kernel-resource-usage]\n"
                 "k.cc:3:0: remark:     VGPRs Spill: 0 [-Rpass-analysis=kernel-resource-usage]\n")
-    assert build.parse_hip_remarks(upstream)["k"] == {
+    assert analyse.parse_hip_remarks(upstream)["k"] == {
         "sgprs": 13, "vgprs": 10, "agprs": 0, "registers": 10, "waves_per_simd": None, "vgpr_spills": 0,
         "spill_stores": 0, "spill_loads": None, "static_smem": 0, "wgmma_serialized": None}
-    with pytest.raises(build.BuildError, match="k: hipcc printed no numeric 'VGPRs' remark"):
-        build.parse_hip_remarks(upstream.replace("VGPRs: 10", "VGPRs: k.num_vgpr"))
+    with pytest.raises(plan.BuildError, match="k: hipcc printed no numeric 'VGPRs' remark"):
+        analyse.parse_hip_remarks(upstream.replace("VGPRs: 10", "VGPRs: k.num_vgpr"))
 
 
 def test_hipcc_runs_with_tilelangs_own_command(fake_hipcc, tmp_path, monkeypatch):
     """tilelang 0.1.15 compiles HIP with tilelang.contrib.hipcc.compile_hip and the options of
-    tilelang/rocm/backend.py; build.compile_hip must run the same hipcc command line."""
+    tilelang/rocm/backend.py; toolchain.compile_hip must run the same hipcc command line."""
     from tilelang import tvm  # noqa: F401 - makes `tvm` importable
     from tilelang.rocm.backend import tilelang_callback_hip_compile
     from tvm.target import Target
 
-    tools, why = build.hip_toolchain()
+    tools, why = toolchain.hip_toolchain()
     assert why is None and tools["version"] == "6.4.43482-0f2d60242" and tools["hipcc"].endswith("rocm/bin/hipcc")
     source = 'extern "C" __global__ void __launch_bounds__(128) main_split_kernel_1(float* x) {\n}\n'
-    got = build.compile_hip(source, "gfx942", tools)
+    got = toolchain.compile_hip(source, "gfx942", tools)
     assert got["main_split_kernel_1"]["registers"] == 24 and set(got) == {"main_split_kernel_1"}
     with pytest.raises(RuntimeError, match="empty result"):  # tilelang reads the (empty) code object; we do not
         tilelang_callback_hip_compile(source, Target({"kind": "hip", "mcpu": "gfx942"}))
     ours, theirs = fake_hipcc()
     assert ours[:-2] == theirs[:-2] and ours[-3] == "-o"  # the same hipcc, flags and order; temp paths differ
-    assert {"-O3", "--offload-arch=gfx942", "--genco", "-std=c++17", build.HIP_REMARK_FLAG} <= set(ours)
+    assert {"-O3", "--offload-arch=gfx942", "--genco", "-std=c++17", analyse.HIP_REMARK_FLAG} <= set(ours)
     monkeypatch.setenv("FAKE_HIP_VERSION", "5.2.21153-0")  # Debian's ROCm 5.2 hipcc: no hip_bf16.h
-    assert build.hip_toolchain() == (None, f"{tools['hipcc']} is not usable (HIP version: 5.2.21153-0)")
+    assert toolchain.hip_toolchain() == (None, f"{tools['hipcc']} is not usable (HIP version: 5.2.21153-0)")
 
 
 def test_where_hipcc_exists_gfx942_reports_registers_and_new_spills_fail(fake_hipcc, cdna3_lowered, monkeypatch):
-    monkeypatch.setattr(build, "lower_job", lambda job: cdna3_lowered[job.plan()])
-    reports = build.build_reports(["hip:gfx942"], {"hip:gfx942": [m.CDNA3]}, [m.Shape(batch=64, seqlen=1024)],
-                                  smem_limits=CFG.gate.shared_memory_limit)
-    findings = resources.evaluate_build(None, reports["hip:gfx942"], CFG)
+    monkeypatch.setattr(lower, "lower_job", lambda job: cdna3_lowered[job.plan()])
+    reports = report.build_reports(["hip:gfx942"], {"hip:gfx942": [m.CDNA3]}, [m.Shape(batch=64, seqlen=1024)],
+                                   smem_limits=CFG.gate.shared_memory_limit)
+    findings = build_rules.evaluate_build(None, reports["hip:gfx942"], CFG)
     assert not [f for f in findings if f.failed]  # spills without a base are a warning
     out = "\n".join(build_report.build_lines(reports["hip:gfx942"], findings))
     assert "warn: [spills] cdna3/float16/h128/b64/s1024/split: spills 48 B stores / n/a B loads (384 registers" in out
@@ -420,21 +419,22 @@ def test_where_hipcc_exists_gfx942_reports_registers_and_new_spills_fail(fake_hi
     assert rows["combine"]["blocks_per_sm"] == 16 and rows["no-split"]["spill_stores"] == 0
     base = json.loads(json.dumps(rep))
     next(r for r in base["kernels"] if r["role"] == "split")["spill_stores"] = 0
-    (f,) = [f for f in resources.evaluate_build(base, rep, CFG) if f.failed]
-    assert f.rule == "spills" and "spill stores 0 → 48 B, loads 0 → 0 B (registers 384 → 384; +48 B" in f.message
-    assert resources.occupancy("gfx942", 128, 384, 0, 65536, waves_per_simd=1)["limits"]["registers"] == 2
+    (f,) = [f for f in build_rules.evaluate_build(base, rep, CFG) if f.failed]
+    assert f.rule == Rule.SPILLS
+    assert "spill stores 0 → 48 B, loads 0 → 0 B (registers 384 → 384; +48 B" in f.message
+    assert build_rules.occupancy("gfx942", 128, 384, 0, 65536, waves_per_simd=1)["limits"]["registers"] == 2
     source_base = json.loads(json.dumps(base))
     for r in source_base["kernels"]:
         r.update(registers=None, spill_stores=None, waves_per_simd=None)
-    assert not [f for f in resources.evaluate_build(source_base, rep, CFG) if f.failed]  # no numbers to compare
+    assert not [f for f in build_rules.evaluate_build(source_base, rep, CFG) if f.failed]  # no numbers to compare
 
 
 def test_without_hipcc_gfx942_stays_source_level_and_says_so(cdna3_lowered, tmp_path, monkeypatch):
-    monkeypatch.setattr(build, "lower_job", lambda job: cdna3_lowered[job.plan()])
+    monkeypatch.setattr(lower, "lower_job", lambda job: cdna3_lowered[job.plan()])
     monkeypatch.delenv("ROCM_PATH", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no hipcc here, as on the CPU runners
-    rep = build.build_reports(["hip:gfx942"], {"hip:gfx942": [m.CDNA3]}, [m.Shape(batch=64, seqlen=1024)],
-                              smem_limits=CFG.gate.shared_memory_limit)["hip:gfx942"]
+    rep = report.build_reports(["hip:gfx942"], {"hip:gfx942": [m.CDNA3]}, [m.Shape(batch=64, seqlen=1024)],
+                               smem_limits=CFG.gate.shared_memory_limit)["hip:gfx942"]
     assert rep["toolchain"] == {"compiler": None, "matrix_check": "source"}
     assert rep["source_level_only"] == ["LDS bytes", "MFMA instructions", "launch bounds",
                                         "blocks per CU from LDS and threads only (VGPRs, SGPRs and spills need "

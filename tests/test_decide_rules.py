@@ -1,7 +1,8 @@
-"""The gate's rules one by one, on small hand-made results (mlagate.decide, mlagate.stats).
+"""The gate's rules one by one, on small hand-made results (mlagate.decide.verdict, .stats).
 
-Each test pins one rule at its boundary, with the exact message the report shows, so a
-changed comparison, constant or message fails here. The numbers are chosen to be exact
+Each test pins one rule at its boundary, with the kind of each note it leaves (what code acts
+on) and the exact message the report shows, so a changed comparison, constant or message
+fails here. The numbers are chosen to be exact
 in binary floating point where a test sits on a boundary.
 """
 
@@ -18,10 +19,13 @@ import yaml
 
 from mlagate import config
 
-from mlagate.decide import verdict as decide
-
+from mlagate import exits
 from mlagate.decide import stats
-from mlagate.store.results import BENCH_RATIO, BENCH_TIME, CommitResults, Entry, Store, StoreError, case_keys
+from mlagate.decide import verdict as decide
+from mlagate.decide.verdict import EXIT_CODE, Kind, Note, Outcome, Status
+from mlagate.store.errors import StoreError
+from mlagate.store.results import CommitResults, Store
+from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, Entry, case_keys
 
 HOP = ("tilelang-hopper", 64, 4096, "float16", 128)
 HOP_16 = ("tilelang-hopper", 64, 4096, "float16", 16)
@@ -74,21 +78,39 @@ def one(verdict):
     return verdict.cases[0]
 
 
+def notes(found) -> list:
+    """(kind, text) of each Note: the kind is what code acts on, the text what the report shows."""
+    assert all(isinstance(n, Note) and isinstance(n.kind, Kind) for n in found), found
+    return [(n.kind, n.text) for n in found]
+
+
 # -- verdicts and exit codes ------------------------------------------------------
 
 def test_exit_codes_and_labels():
-    assert [decide.Verdict(o, []).exit_code for o in ("pass", "regression", "error")] == [0, 1, 2]
-    assert decide.CaseVerdict(HOP, "pass").label == "tilelang-hopper h=128 b=64 s=4096 float16"
-    flagged = decide.CaseVerdict(HOP, "pass", flagged=True)
-    assert decide.Verdict("pass", [decide.CaseVerdict(CDNA, "pass"), flagged]).flagged() == [flagged]
+    assert [decide.Verdict(o, []).exit_code for o in Outcome] == [0, 1, 2]
+    assert EXIT_CODE == {Outcome.PASS: exits.OK, Outcome.REGRESSION: exits.REGRESSION, Outcome.ERROR: exits.ERROR}
+    assert decide.CaseVerdict(HOP, Status.PASS).label == "tilelang-hopper h=128 b=64 s=4096 float16"
+    flagged = decide.CaseVerdict(HOP, Status.PASS, flagged=True)
+    assert decide.Verdict(Outcome.PASS, [decide.CaseVerdict(CDNA, Status.PASS), flagged]).flagged() == [flagged]
+
+
+def test_statuses_and_outcomes_are_the_strings_the_report_and_json_show():
+    assert [s.value for s in Status] == ["pass", "regression", "error", "no_baseline", "removed", "skipped"]
+    assert [o.value for o in Outcome] == ["pass", "regression", "error"]
+    assert f"{Status.NO_BASELINE}" == "no_baseline" and json.dumps([Outcome.ERROR]) == '["error"]'
+    # a plain string is read as its member, so the comparisons in evaluate hold for it too
+    assert decide.CaseVerdict(HOP, "removed").status is Status.REMOVED
+    assert decide.Verdict("error", []).outcome is Outcome.ERROR
+    with pytest.raises(ValueError):
+        decide.Verdict("fail", [])
 
 
 def test_an_unchanged_head_passes_with_nothing_to_report():
     verdict = evaluate()
-    assert (verdict.outcome, verdict.exit_code, verdict.errors, verdict.warnings) == ("pass", 0, [], [])
+    assert (verdict.outcome, verdict.exit_code, verdict.errors, verdict.warnings) == (Outcome.PASS, 0, [], [])
     assert (verdict.base, verdict.head, verdict.platform) == ("base", "head", "cuda")
     cv = one(verdict)
-    assert (cv.status, cv.reasons, cv.warnings) == ("pass", [], [])
+    assert (cv.status, cv.reasons, cv.warnings) == (Status.PASS, [], [])
     assert not (cv.flagged or cv.over_threshold or cv.below_floor)
     assert cv.base_median_s == pytest.approx(100e-6) and cv.head_median_s == pytest.approx(100e-6)
     assert cv.change == pytest.approx(0, abs=1e-12) and cv.p_value > 0.4
@@ -123,11 +145,11 @@ def test_is_slower_on_sample_sets():
 
 def test_a_slowdown_past_the_threshold_is_a_regression_with_the_numbers():
     cv = one(evaluate(head_us=103.0))
-    assert cv.status == "regression" and cv.flagged and cv.over_threshold
+    assert cv.status == Status.REGRESSION and cv.flagged and cv.over_threshold
     assert cv.change == pytest.approx(0.03) and cv.p_value < 1e-6
     assert cv.p_value == stats.slower_p_value(samples(100), samples(103))
-    assert cv.reasons == [f"latency +3.0% (median 100.0 → 103.0 µs, p = {cv.p_value:.1e}; threshold +2.5% "
-                          "at p < 0.01)"]
+    assert notes(cv.reasons) == [(Kind.LATENCY, f"latency +3.0% (median 100.0 → 103.0 µs, p = {cv.p_value:.1e}; "
+                                                "threshold +2.5% at p < 0.01)")]
     assert cv.warnings == []  # no confirmations were asked for: nothing to say about them
 
 
@@ -135,24 +157,26 @@ def test_the_latency_reason_converts_seconds_to_microseconds():
     base = results("base", {HOP: (0.499,) * 20 + (0.5,) + (0.501,) * 20}, {HOP: 0.8})
     head = results("head", {HOP: (0.549,) * 20 + (0.55,) + (0.551,) * 20}, {HOP: 0.8})
     cv = one(decide.evaluate(base, head, CFG, "cuda"))
-    assert cv.reasons[0].startswith("latency +10.0% (median 500000.0 → 550000.0 µs, p = ")
+    assert cv.reasons[0].kind is Kind.LATENCY
+    assert cv.reasons[0].text.startswith("latency +10.0% (median 500000.0 → 550000.0 µs, p = ")
 
 
 def test_between_screen_and_threshold_is_flagged_but_passes_unconfirmed():
     cv = one(evaluate(head_us=102.0))
-    assert cv.flagged and not cv.over_threshold and cv.status == "pass"
+    assert cv.flagged and not cv.over_threshold and cv.status == Status.PASS
     assert cv.reasons == []
-    assert cv.warnings == ["+2.0%: past the 1.25% screen, under the 2.5% threshold; not re-measured"]
+    assert notes(cv.warnings) == [(Kind.UNDER_THRESHOLD,
+                                   "+2.0%: past the 1.25% screen, under the 2.5% threshold; not re-measured")]
 
 
 def test_under_the_screen_is_not_flagged():
     cv = one(evaluate(head_us=101.0))
-    assert not cv.flagged and cv.status == "pass" and cv.reasons == [] and cv.warnings == []
+    assert not cv.flagged and cv.status == Status.PASS and cv.reasons == [] and cv.warnings == []
 
 
 def test_a_faster_head_passes():
     cv = one(evaluate(head_us=90.0))
-    assert cv.status == "pass" and not cv.flagged and cv.change == pytest.approx(-0.1)
+    assert cv.status == Status.PASS and not cv.flagged and cv.change == pytest.approx(-0.1)
 
 
 @pytest.mark.parametrize("base_n,head_n,error", [
@@ -166,17 +190,19 @@ def test_min_samples(base_n, head_n, error):
     verdict = decide.evaluate(base, head, CFG, "cuda", history=[base, base])
     cv = one(verdict)
     if error:
-        assert cv.status == "error" and verdict.outcome == "error" and verdict.exit_code == 2
-        assert cv.reasons == [f"too few samples: base {base_n}, head {head_n} (gate.latency.min_samples = 20)"]
+        assert cv.status == Status.ERROR and verdict.outcome == Outcome.ERROR and verdict.exit_code == 2
+        assert notes(cv.reasons) == [(Kind.TOO_FEW_SAMPLES, f"too few samples: base {base_n}, head {head_n} "
+                                                            "(gate.latency.min_samples = 20)")]
         assert cv.base_median_s is None and cv.change is None and cv.warnings == []
     else:
-        assert cv.status == "pass" and verdict.outcome == "pass" and cv.reasons == []
+        assert cv.status == Status.PASS and verdict.outcome == Outcome.PASS and cv.reasons == []
         assert cv.base_median_s == pytest.approx(100e-6)
 
 
 def test_min_samples_comes_from_the_config():
     cv = one(evaluate(cfg=make_cfg(min_samples=41)))
-    assert cv.status == "error" and cv.reasons[0].endswith("(gate.latency.min_samples = 41)")
+    assert cv.status == Status.ERROR and cv.reasons[0].kind is Kind.TOO_FEW_SAMPLES
+    assert cv.reasons[0].text.endswith("(gate.latency.min_samples = 41)")
 
 
 @pytest.mark.parametrize("side", ["base", "head"])
@@ -186,23 +212,23 @@ def test_results_without_samples_name_the_side(side, empty):
     entries[side] = Entry("ok", 100e-6, empty)
     base, head = results("base", {HOP: entries["base"]}, {HOP: 0.8}), results("head", {HOP: entries["head"]}, {HOP: 0.8})
     cv = one(decide.evaluate(base, head, CFG, "cuda", history=[base, base]))
-    assert cv.status == "error"
-    assert cv.reasons == [f"no raw samples in the {side} results (record with asv run --record-samples; "
-                          "`mlagate record` does)"]
+    assert cv.status == Status.ERROR
+    assert notes(cv.reasons) == [(Kind.NO_SAMPLES, f"no raw samples in the {side} results (record with asv run "
+                                                   "--record-samples; `mlagate record` does)")]
 
 
 # -- confirmation ---------------------------------------------------------------------
 
 def test_without_a_confirmation_a_case_over_the_threshold_fails_and_says_so_when_one_was_expected():
     cv = one(evaluate(head_us=103.0, confirmations={}))
-    assert cv.status == "regression" and cv.confirmation is None
-    assert cv.warnings == ["no interleaved re-measure for this case"]
+    assert cv.status == Status.REGRESSION and cv.confirmation is None
+    assert notes(cv.warnings) == [(Kind.NO_REMEASURE, "no interleaved re-measure for this case")]
 
 
 def test_a_confirmation_that_agrees_fails_the_case():
     confirm = {HOP: (samples(100, n=30), samples(104, n=31))}
     cv = one(evaluate(head_us=102.0, confirmations=confirm))  # flagged under the threshold: the re-measure decides
-    assert cv.status == "regression"
+    assert cv.status == Status.REGRESSION
     assert cv.confirmation["agrees"] is True and cv.confirmation["samples"] == (30, 31)
     assert cv.confirmation["change"] == pytest.approx(0.04)
     assert cv.confirmation["p_value"] == stats.slower_p_value(*confirm[HOP])
@@ -212,14 +238,15 @@ def test_a_confirmation_that_agrees_fails_the_case():
 def test_a_confirmation_that_disagrees_clears_the_case():
     confirm = {HOP: (samples(100), samples(100))}
     cv = one(evaluate(head_us=103.0, confirmations=confirm))
-    assert cv.status == "pass" and cv.confirmation["agrees"] is False
+    assert cv.status == Status.PASS and cv.confirmation["agrees"] is False
     p = cv.confirmation["p_value"]
-    assert cv.warnings == [f"not confirmed: interleaved re-measure shows +0.0% (p = {p:.2g})"]
+    assert notes(cv.warnings) == [(Kind.NOT_CONFIRMED, f"not confirmed: interleaved re-measure shows +0.0% "
+                                                       f"(p = {p:.2g})")]
 
 
 def test_a_confirmation_of_an_unflagged_case_is_ignored():
     cv = one(evaluate(confirmations={HOP: (samples(100), samples(110))}))
-    assert cv.status == "pass" and cv.confirmation is None
+    assert cv.status == Status.PASS and cv.confirmation is None
 
 
 def test_a_vendor_ratio_drop_is_confirmed_at_its_own_smaller_threshold():
@@ -227,79 +254,82 @@ def test_a_vendor_ratio_drop_is_confirmed_at_its_own_smaller_threshold():
     cfg = make_cfg(max_drop=0.02)
     confirm = {HOP: (samples(100), samples(102.2))}
     dropped = one(evaluate(head_ratio=0.8 * 0.97, cfg=cfg, confirmations=confirm))
-    assert dropped.confirmation["agrees"] is True and dropped.status == "regression"
+    assert dropped.confirmation["agrees"] is True and dropped.status == Status.REGRESSION
     flagged = one(evaluate(head_us=103.0, cfg=cfg, confirmations=confirm))
-    assert flagged.confirmation["agrees"] is False and flagged.status == "pass"
+    assert flagged.confirmation["agrees"] is False and flagged.status == Status.PASS
 
 
 # -- the vendor ratio -----------------------------------------------------------------
 
 def test_vendor_ratio_at_the_floor_passes_and_below_it_fails():
-    assert one(evaluate(base_ratio=0.8, head_ratio=0.7)).status == "regression"  # also a 12.5% drop
+    assert one(evaluate(base_ratio=0.8, head_ratio=0.7)).status == Status.REGRESSION  # also a 12.5% drop
     at_floor = one(evaluate(base_ratio=0.7, head_ratio=0.7))
-    assert at_floor.status == "pass" and not at_floor.below_floor and at_floor.warnings == []
+    assert at_floor.status == Status.PASS and not at_floor.below_floor and at_floor.warnings == []
     below = one(evaluate(base_ratio=0.7, head_ratio=0.69))  # base at the floor is not a known gap
-    assert below.status == "regression" and below.below_floor
-    assert below.reasons == ["vendor ratio 0.69 below the floor 0.70"]
+    assert below.status == Status.REGRESSION and below.below_floor
+    assert notes(below.reasons) == [(Kind.BELOW_FLOOR, "vendor ratio 0.69 below the floor 0.70")]
 
 
 def test_a_new_case_below_the_floor_fails_and_above_it_passes():
     new_low = one(evaluate(base_us=None, base_ratio=None, head_ratio=0.6))
-    assert new_low.status == "regression" and new_low.below_floor
-    assert new_low.reasons == ["vendor ratio 0.60 below the floor 0.70"]
-    assert new_low.warnings == ["new case: no base result"]
-    assert one(evaluate(base_us=None, base_ratio=None, head_ratio=0.75)).status == "no_baseline"
+    assert new_low.status == Status.REGRESSION and new_low.below_floor
+    assert notes(new_low.reasons) == [(Kind.BELOW_FLOOR, "vendor ratio 0.60 below the floor 0.70")]
+    assert notes(new_low.warnings) == [(Kind.NO_BASE, "new case: no base result")]
+    assert one(evaluate(base_us=None, base_ratio=None, head_ratio=0.75)).status == Status.NO_BASELINE
 
 
 def test_reaching_the_floor_from_below_is_no_gap():
     cv = one(evaluate(base_ratio=0.6, head_ratio=0.7))  # floor 0.70: head is at it
-    assert cv.status == "pass" and cv.warnings == [] and cv.reasons == [] and not cv.below_floor
+    assert cv.status == Status.PASS and cv.warnings == [] and cv.reasons == [] and not cv.below_floor
 
 
 def test_a_gap_base_already_has_is_a_warning():
     cv = one(evaluate(base_ratio=0.6, head_ratio=0.6))
-    assert cv.status == "pass" and not cv.below_floor and cv.reasons == []
-    assert cv.warnings == ["vendor ratio 0.60 below the floor 0.70, as on base (0.60): a known gap, not this change"]
+    assert cv.status == Status.PASS and not cv.below_floor and cv.reasons == []
+    assert notes(cv.warnings) == [(Kind.KNOWN_GAP, "vendor ratio 0.60 below the floor 0.70, as on base (0.60): "
+                                                   "a known gap, not this change")]
 
 
 def test_a_known_gap_still_may_not_drop_further():
     cv = one(evaluate(base_ratio=0.6, head_ratio=0.5))
-    assert cv.status == "regression" and cv.flagged and cv.over_threshold and not cv.below_floor
-    assert cv.reasons == ["vendor ratio dropped 16.7% (0.600 → 0.500; max drop 5%)"]
+    assert cv.status == Status.REGRESSION and cv.flagged and cv.over_threshold and not cv.below_floor
+    assert notes(cv.reasons) == [(Kind.RATIO_DROP, "vendor ratio dropped 16.7% (0.600 → 0.500; max drop 5%)")]
 
 
 def test_vendor_ratio_drop_boundary():
     rule = CFG.gate.ratio["cuda"]
     at_limit = one(evaluate(base_ratio=0.8, head_ratio=0.8 * (1 - rule.max_drop)))
-    assert at_limit.status == "pass" and not at_limit.flagged and at_limit.reasons == []
+    assert at_limit.status == Status.PASS and not at_limit.flagged and at_limit.reasons == []
     dropped = one(evaluate(base_ratio=0.8, head_ratio=0.72))
-    assert dropped.status == "regression" and dropped.flagged and dropped.over_threshold
-    assert dropped.reasons == ["vendor ratio dropped 10.0% (0.800 → 0.720; max drop 5%)"]
-    assert one(evaluate(base_ratio=0.8, head_ratio=0.9)).status == "pass"  # a better ratio
+    assert dropped.status == Status.REGRESSION and dropped.flagged and dropped.over_threshold
+    assert notes(dropped.reasons) == [(Kind.RATIO_DROP, "vendor ratio dropped 10.0% (0.800 → 0.720; max drop 5%)")]
+    assert one(evaluate(base_ratio=0.8, head_ratio=0.9)).status == Status.PASS  # a better ratio
 
 
 def test_no_vendor_ratio_in_head_is_an_error():
     verdict = evaluate(head_ratio=None)
     cv = one(verdict)
-    assert cv.status == "error" and verdict.outcome == "error"
-    assert cv.reasons == ["no vendor ratio in the head results: flash_mla was not measured at this point "
-                          "(skipped, failed, or its dtype is not one flash_mla takes)"]
-    assert one(evaluate(base_us=None, base_ratio=None, head_ratio=None)).status == "error"  # a new case too
+    assert cv.status == Status.ERROR and verdict.outcome == Outcome.ERROR
+    assert notes(cv.reasons) == [(Kind.NO_RATIO, "no vendor ratio in the head results: flash_mla was not measured "
+                                                 "at this point (skipped, failed, or its dtype is not one flash_mla "
+                                                 "takes)")]
+    assert one(evaluate(base_us=None, base_ratio=None, head_ratio=None)).status == Status.ERROR  # a new case too
 
 
 def test_no_vendor_ratio_where_the_vendor_has_no_kernel_is_declared():
     cfg = make_cfg(vendor_heads=(16, 32, 64))
     cv = one(evaluate(head_ratio=None, cfg=cfg))
-    assert cv.status == "pass" and cv.reasons == [] and cv.vendor_ratio is None
-    assert cv.warnings == ["no vendor ratio: flash_mla has no 128-head kernel (perf.yml vendor_heads "
-                           "[16, 32, 64]); gated on latency alone"]
+    assert cv.status == Status.PASS and cv.reasons == [] and cv.vendor_ratio is None
+    assert notes(cv.warnings) == [(Kind.NO_VENDOR_KERNEL, "no vendor ratio: flash_mla has no 128-head kernel "
+                                                          "(perf.yml vendor_heads [16, 32, 64]); gated on latency "
+                                                          "alone")]
     low = one(evaluate(case=HOP_16, base_ratio=0.6, head_ratio=0.3, cfg=cfg))  # 16 heads: judged
-    assert low.status == "regression"
+    assert low.status == Status.REGRESSION
 
 
 def test_the_ratio_rules_hold_only_the_platforms_tilelang_config():
     cv = one(evaluate(case=CDNA, head_ratio=None))  # gated, but the cuda platform's tilelang is hopper
-    assert cv.status == "pass" and cv.vendor_ratio is None and cv.warnings == []
+    assert cv.status == Status.PASS and cv.vendor_ratio is None and cv.warnings == []
 
 
 # -- case states ------------------------------------------------------------------------
@@ -313,24 +343,27 @@ def case_states(base_entry, head_entry, ratio=0.8):
 def test_case_states():
     good = ok(samples(100))
     removed = one(case_states(good, None))
-    assert (removed.status, removed.warnings, removed.reasons) == ("removed", ["in base, not in head (grid changed?)"], [])
+    assert (removed.status, notes(removed.warnings), removed.reasons) == (
+        Status.REMOVED, [(Kind.REMOVED, "in base, not in head (grid changed?)")], [])
     failed = case_states(good, Entry("failed"))
-    assert failed.outcome == "error"
-    assert one(failed).reasons == ["benchmark failed in head (see the asv log sidecar)"]
+    assert failed.outcome == Outcome.ERROR
+    assert notes(one(failed).reasons) == [(Kind.FAILED_IN_HEAD, "benchmark failed in head (see the asv log sidecar)")]
     new = one(case_states(None, good))
-    assert (new.status, new.warnings) == ("no_baseline", ["new case: no base result"])
+    assert (new.status, notes(new.warnings)) == (Status.NO_BASELINE, [(Kind.NO_BASE, "new case: no base result")])
     rebased = one(case_states(Entry("failed"), good))
-    assert (rebased.status, rebased.warnings) == ("no_baseline", ["base result is failed"])
+    assert (rebased.status, notes(rebased.warnings)) == (Status.NO_BASELINE, [(Kind.NO_BASE, "base result is failed")])
     both_skipped = case_states(Entry("skipped"), Entry("skipped"), ratio=None)
-    assert (one(both_skipped).status, one(both_skipped).warnings) == ("skipped", ["base result is skipped"])
-    assert both_skipped.outcome == "pass"
+    assert (one(both_skipped).status, notes(one(both_skipped).warnings)) == (
+        Status.SKIPPED, [(Kind.NO_BASE, "base result is skipped")])
+    assert both_skipped.outcome == Outcome.PASS
     new_skipped = one(case_states(None, Entry("skipped"), ratio=None))
-    assert new_skipped.status == "skipped" and new_skipped.reasons == []
+    assert new_skipped.status == Status.SKIPPED and new_skipped.reasons == []
     dropped = case_states(good, Entry("skipped"))
-    assert dropped.outcome == "error"
-    assert (one(dropped).status, one(dropped).reasons) == ("error", ["measured in base but skipped in head"])
+    assert dropped.outcome == Outcome.ERROR
+    assert (one(dropped).status, notes(one(dropped).reasons)) == (
+        Status.ERROR, [(Kind.SKIPPED_IN_HEAD, "measured in base but skipped in head")])
     removed_without_ratio = one(case_states(good, None, ratio=None))
-    assert removed_without_ratio.status == "removed" and removed_without_ratio.reasons == []
+    assert removed_without_ratio.status == Status.REMOVED and removed_without_ratio.reasons == []
 
 
 def test_only_gated_implementations_are_judged_in_a_stable_order():
@@ -338,24 +371,25 @@ def test_only_gated_implementations_are_judged_in_a_stable_order():
     ratios = {HOP: 0.8, HOP_16: 0.8}
     verdict = decide.evaluate(results("b", cases, ratios), results("h", cases, ratios), CFG, "cuda")
     assert [c.case for c in verdict.cases] == sorted([HOP, CDNA, HOP_16], key=str)
-    assert verdict.outcome == "pass"
+    assert verdict.outcome == Outcome.PASS
 
 
 def test_nothing_gated_is_an_error():
     base = results("b", {VENDOR: samples(100)})
     verdict = decide.evaluate(base, base, CFG, "cuda")
-    assert verdict.outcome == "error" and verdict.cases == []
-    assert verdict.errors == ["no gated cases (tilelang-hopper, tilelang-cdna3) in either result"]
+    assert verdict.outcome == Outcome.ERROR and verdict.cases == []
+    assert notes(verdict.errors) == [(Kind.NO_GATED_CASES,
+                                      "no gated cases (tilelang-hopper, tilelang-cdna3) in either result")]
 
 
 def test_an_error_outweighs_a_regression():
     base = results("b", {HOP: samples(100), HOP_16: samples(100)}, {HOP: 0.8, HOP_16: 0.8})
     slow = results("h", {HOP: samples(110), HOP_16: samples(100)}, {HOP: 0.8, HOP_16: 0.8})
-    assert decide.evaluate(base, slow, CFG, "cuda").outcome == "regression"
+    assert decide.evaluate(base, slow, CFG, "cuda").outcome == Outcome.REGRESSION
     broken = results("h", {HOP: samples(110), HOP_16: Entry("failed")}, {HOP: 0.8})
     verdict = decide.evaluate(base, broken, CFG, "cuda")
-    assert verdict.outcome == "error" and verdict.exit_code == 2
-    assert {c.case: c.status for c in verdict.cases} == {HOP: "regression", HOP_16: "error"}
+    assert verdict.outcome == Outcome.ERROR and verdict.exit_code == 2
+    assert {c.case: c.status for c in verdict.cases} == {HOP: Status.REGRESSION, HOP_16: Status.ERROR}
 
 
 # -- drift --------------------------------------------------------------------------------
@@ -372,13 +406,15 @@ def drift(head_us, history, cfg=CFG):
 
 def test_no_drift_no_warning():
     cv = drift(101.0, history_of(100.0, 102.0))
-    assert cv.status == "pass" and cv.warnings == [] and cv.reasons == []
+    assert cv.status == Status.PASS and cv.warnings == [] and cv.reasons == []
 
 
 def test_drift_warns_with_the_numbers():
     cv = drift(106.0, history_of(100.0, 103.0))
-    assert cv.status == "pass" and cv.reasons == []  # a warning, never a failure
-    assert cv.warnings == ["drift: 6.0% slower than the best of the last 2 main results (100.0 µs)"]
+    assert cv.status == Status.PASS and cv.reasons == []  # a warning, never a failure
+    assert notes(cv.warnings) == [(Kind.DRIFT, "drift: 6.0% slower than the best of the last 2 main results "
+                                               "(100.0 µs)")]
+    assert cv.drift is cv.warnings[0]
 
 
 def test_drift_at_exactly_the_limit_warns():
@@ -390,7 +426,8 @@ def test_drift_at_exactly_the_limit_warns():
 
     at_limit = around(0.625)
     cv = one(decide.evaluate(at_limit, at_limit, cfg, "cuda", history=history))
-    assert cv.warnings == ["drift: 25.0% slower than the best of the last 2 main results (500000.0 µs)"]
+    assert notes(cv.warnings) == [(Kind.DRIFT, "drift: 25.0% slower than the best of the last 2 main results "
+                                               "(500000.0 µs)")]
     under = around(0.6249)
     assert one(decide.evaluate(under, under, cfg, "cuda", history=history)).warnings == []
 
@@ -400,33 +437,34 @@ def test_drift_needs_two_usable_main_results():
     unusable = [results("f", {HOP: Entry("failed")}), results("s", {HOP: Entry("skipped")}),
                 results("n", {HOP: Entry("ok", 1e-6, None)}), results("x", {CDNA: samples(1)})]
     assert drift(120.0, history_of(100.0) + unusable).warnings == []
-    assert drift(120.0, unusable + history_of(100.0, 110.0)).warnings == [
-        "drift: 20.0% slower than the best of the last 2 main results (100.0 µs)"]
+    assert notes(drift(120.0, unusable + history_of(100.0, 110.0)).warnings) == [
+        (Kind.DRIFT, "drift: 20.0% slower than the best of the last 2 main results (100.0 µs)")]
 
 
 def test_drift_looks_back_only_lookback_results():
     # lookback 3: the fast result four commits back no longer counts
     cv = drift(108.0, history_of(50.0, 105.0, 100.0, 104.0))
-    assert cv.warnings == ["drift: 8.0% slower than the best of the last 3 main results (100.0 µs)"]
-    assert drift(108.0, history_of(50.0, 105.0, 100.0, 104.0), cfg=make_cfg(lookback=4)).warnings == [
-        "drift: 116.0% slower than the best of the last 4 main results (50.0 µs)"]
+    assert notes(cv.warnings) == [(Kind.DRIFT, "drift: 8.0% slower than the best of the last 3 main results "
+                                               "(100.0 µs)")]
+    assert notes(drift(108.0, history_of(50.0, 105.0, 100.0, 104.0), cfg=make_cfg(lookback=4)).warnings) == [
+        (Kind.DRIFT, "drift: 116.0% slower than the best of the last 4 main results (50.0 µs)")]
 
 
 def test_drift_is_not_computed_for_a_broken_case():
     base = results("base", {HOP: samples(100, n=5)}, {HOP: 0.8})
     cv = one(decide.evaluate(base, base, CFG, "cuda", history=history_of(50.0, 50.0)))
-    assert cv.status == "error" and cv.warnings == []
+    assert cv.status == Status.ERROR and cv.warnings == [] and cv.drift is None
 
 
 # -- build findings ---------------------------------------------------------------------------
 
 def test_build_findings_fail_a_pass_only_when_one_failed():
     fine, bad = SimpleNamespace(failed=False), SimpleNamespace(failed=True)
-    v = decide.add_build_findings(decide.Verdict("pass", []), [fine])
-    assert v.outcome == "pass" and v.build_findings == [fine]
+    v = decide.add_build_findings(decide.Verdict(Outcome.PASS, []), [fine])
+    assert v.outcome == Outcome.PASS and v.build_findings == [fine]
     v = decide.add_build_findings(v, (bad,))
-    assert v.outcome == "regression" and v.exit_code == 1 and v.build_findings == [fine, bad]
-    assert decide.add_build_findings(decide.Verdict("error", []), [bad]).outcome == "error"
+    assert v.outcome == Outcome.REGRESSION and v.exit_code == 1 and v.build_findings == [fine, bad]
+    assert decide.add_build_findings(decide.Verdict(Outcome.ERROR, []), [bad]).outcome == Outcome.ERROR
 
 
 # -- statistics -----------------------------------------------------------------------------

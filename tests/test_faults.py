@@ -11,7 +11,9 @@ The gate is driven through ``cli.main`` on copies of the recorded H200 store
 import hashlib
 import json
 import math
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -19,9 +21,10 @@ import yaml
 import gate_fixtures as fx
 from mlagate import cli, config, exits
 from mlagate.case import case_label
-from mlagate.decide import verdict as decide
-from mlagate.report import text as report
-from mlagate.store.results import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME
+from mlagate.decide import verdict
+from mlagate.decide.verdict import EXIT_CODE, CaseVerdict, Kind, Note, Outcome, Status, Verdict
+from mlagate.report.text import annotations
+from mlagate.store.results_file import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME
 
 CASE = fx.HOPPER_64
 LABEL = case_label(CASE)
@@ -400,7 +403,7 @@ def test_an_unexpected_exception_is_an_error_with_its_traceback(tmp_path, capsys
     def broken(*args, **kwargs):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(decide, "evaluate", broken)
+    monkeypatch.setattr(verdict, "evaluate", broken)
     assert gate(fx.copy_store(tmp_path), tmp_path) == exits.ERROR
     err = capsys.readouterr().err
     assert "Traceback" in err and err.rstrip().endswith("error: RuntimeError: a bug")
@@ -416,9 +419,9 @@ def test_an_error_annotation_keeps_every_line(tmp_path, capsys, monkeypatch):
 
 
 def test_annotations_escape_workflow_command_characters():
-    cv = decide.CaseVerdict(CASE, "error", reasons=["first\nsecond", "100% sure\r"])
-    verdict = decide.Verdict("error", [cv], errors=["a\nb"])
-    out = report.annotations(verdict)
+    cv = CaseVerdict(CASE, Status.ERROR, reasons=[Note(Kind.BAD_SAMPLES, "first\nsecond"),
+                                                  Note(Kind.BAD_RATIO, "100% sure\r")])
+    out = annotations(Verdict(Outcome.ERROR, [cv], errors=[Note(Kind.NO_GATED_CASES, "a\nb")]))
     assert out[0] == "::error title=perf gate error::a%0Ab"
     assert out[1].endswith("::first%0Asecond; 100%25 sure%0D")
     assert "title=perf error%3A tilelang-hopper" in out[1]
@@ -426,8 +429,11 @@ def test_annotations_escape_workflow_command_characters():
 
 
 def test_one_exit_code_table():
-    assert decide.EXIT == {decide.PASS: exits.OK, decide.REGRESSION: exits.REGRESSION, decide.ERROR: exits.ERROR}
+    assert EXIT_CODE == {Outcome.PASS: exits.OK, Outcome.REGRESSION: exits.REGRESSION, Outcome.ERROR: exits.ERROR}
     assert (exits.OK, exits.REGRESSION, exits.ERROR) == (0, 1, 2)
+    # every command returns a name from exits (the gate through EXIT_CODE), never a bare number
+    for path in sorted(Path(cli.__file__).parent.glob("*.py")):
+        assert not re.search(r"\breturn \d|exit\(\d", path.read_text()), path
 
 
 def test_copies_of_the_store_start_identical(tmp_path):

@@ -7,9 +7,10 @@ import pytest
 
 import gate_fixtures as fx
 from mlagate import cli, config
-from mlagate.decide import verdict as decide
-from mlagate.report import text as report
-from mlagate.store.results import BENCH_RATIO, BENCH_TIME, Store
+from mlagate.decide.verdict import Kind, Outcome, Status, evaluate
+from mlagate.report.text import annotations, gate_markdown
+from mlagate.store.results import Store
+from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME
 
 HOPPER_128 = ("tilelang-hopper", 128, 4096, "float16", 128)
 
@@ -25,7 +26,7 @@ def by_case(verdict):
 
 def test_pass_on_a_docs_only_change(root):
     verdict = fx.evaluate(root, head=fx.DOCS)
-    assert verdict.outcome == "pass" and verdict.exit_code == 0
+    assert verdict.outcome == Outcome.PASS and verdict.exit_code == 0
     assert {c.case for c in verdict.cases} == {fx.HOPPER_64, HOPPER_128}
     assert all(abs(c.change) < 0.025 for c in verdict.cases)
     assert all(c.vendor_ratio > 0.7 for c in verdict.cases)
@@ -33,18 +34,18 @@ def test_pass_on_a_docs_only_change(root):
 
 def test_a_real_slowdown_is_a_regression(root):
     verdict = fx.evaluate(root, head=fx.SLOW)
-    assert verdict.outcome == "regression" and verdict.exit_code == 1
+    assert verdict.outcome == Outcome.REGRESSION and verdict.exit_code == 1
     for cv in verdict.cases:
-        assert cv.status == "regression"
+        assert cv.status == Status.REGRESSION
         assert cv.change > 0.2 and cv.p_value < 1e-10
-        assert "latency +" in cv.reasons[0]
+        assert [r.kind for r in cv.reasons] == [Kind.LATENCY]
 
 
 def test_small_slowdown_between_screen_and_threshold_passes_without_confirmation(root):
     fx.edit(root, fx.DOCS, BENCH_TIME, fx.HOPPER_64, fx.slow_down(1.02))
     cv = by_case(fx.evaluate(root, head=fx.DOCS))[fx.HOPPER_64]
-    assert cv.flagged and cv.status == "pass"
-    assert "not re-measured" in cv.warnings[0]
+    assert cv.flagged and cv.status == Status.PASS
+    assert [w.kind for w in cv.warnings] == [Kind.UNDER_THRESHOLD]
 
 
 def test_confirmation_decides_a_flagged_case(root):
@@ -54,10 +55,10 @@ def test_confirmation_decides_a_flagged_case(root):
     same = {fx.HOPPER_64: (base_samples, base_samples)}
     slower = {fx.HOPPER_64: (base_samples, tuple(s * 1.10 for s in base_samples))}
     cleared = by_case(fx.evaluate(root, head=fx.DOCS, confirmations=same))[fx.HOPPER_64]
-    assert cleared.status == "pass" and "not confirmed" in cleared.warnings[0]
+    assert cleared.status == Status.PASS and [w.kind for w in cleared.warnings] == [Kind.NOT_CONFIRMED]
     assert cleared.confirmation["agrees"] is False
     confirmed = by_case(fx.evaluate(root, head=fx.DOCS, confirmations=slower))[fx.HOPPER_64]
-    assert confirmed.status == "regression" and confirmed.confirmation["agrees"] is True
+    assert confirmed.status == Status.REGRESSION and confirmed.confirmation["agrees"] is True
 
 
 def with_floor(floor):
@@ -71,84 +72,88 @@ def test_vendor_ratio_falling_below_the_floor_fails(root):
     fx.edit(root, fx.DOCS, BENCH_RATIO, fx.HOPPER_64, lambda v, s: (base_ratio * 0.97, s))  # under max_drop
     floor = base_ratio * 0.985
     cv = by_case(fx.evaluate(root, head=fx.DOCS, cfg=with_floor(floor)))[fx.HOPPER_64]
-    assert cv.status == "regression" and cv.below_floor
-    assert f"below the floor {floor:.2f}" in cv.reasons[0]
+    assert cv.status == Status.REGRESSION and cv.below_floor
+    assert [r.kind for r in cv.reasons] == [Kind.BELOW_FLOOR] and f"{floor:.2f}" in cv.reasons[0].text
 
 
 def test_a_case_below_the_floor_on_base_too_is_a_known_gap_not_this_change(root):
     verdict = fx.evaluate(root, head=fx.DOCS, cfg=with_floor(0.9))
-    assert verdict.outcome == "pass"
-    assert all("below the floor 0.90, as on base" in " ".join(c.warnings) for c in verdict.cases)
+    assert verdict.outcome == Outcome.PASS
+    assert all(Kind.KNOWN_GAP in [w.kind for w in c.warnings] for c in verdict.cases)
 
 
 def test_a_new_case_below_the_floor_fails(root):
     fx.drop_batch(root, fx.BASE, 64)
     cv = by_case(fx.evaluate(root, head=fx.DOCS, cfg=with_floor(0.9)))[fx.HOPPER_64]
-    assert cv.status == "regression" and "below the floor 0.90" in cv.reasons[0]
+    assert cv.status == Status.REGRESSION and cv.below_floor
+    assert [r.kind for r in cv.reasons] == [Kind.BELOW_FLOOR] and "0.90" in cv.reasons[0].text
 
 
 def test_vendor_ratio_drop_fails(root):
     fx.edit(root, fx.DOCS, BENCH_RATIO, fx.HOPPER_64, lambda v, s: (v * 0.9, s))
     cases = by_case(fx.evaluate(root, head=fx.DOCS))
-    assert cases[fx.HOPPER_64].status == "regression"
-    assert "vendor ratio dropped 10.7% (0.784 → 0.701" in cases[fx.HOPPER_64].reasons[0]
-    assert cases[HOPPER_128].status == "pass"
+    assert cases[fx.HOPPER_64].status == Status.REGRESSION and cases[fx.HOPPER_64].ratio_dropped
+    dropped = cases[fx.HOPPER_64].reasons[0]
+    assert dropped.kind is Kind.RATIO_DROP and "10.7% (0.784 → 0.701" in dropped.text  # the numbers, as shown
+    assert cases[HOPPER_128].status == Status.PASS
 
 
 def test_new_case_has_no_baseline(root):
     fx.drop_batch(root, fx.BASE, 64)
     verdict = fx.evaluate(root, head=fx.DOCS)
     cases = by_case(verdict)
-    assert cases[fx.HOPPER_64].status == "no_baseline"
-    assert verdict.outcome == "pass"
+    assert cases[fx.HOPPER_64].status == Status.NO_BASELINE
+    assert verdict.outcome == Outcome.PASS
 
 
 def test_removed_case_is_reported(root):
     fx.drop_batch(root, fx.DOCS, 64)
     cases = by_case(fx.evaluate(root, head=fx.DOCS))
-    assert cases[fx.HOPPER_64].status == "removed"
-    assert cases[HOPPER_128].status == "pass"
+    assert cases[fx.HOPPER_64].status == Status.REMOVED
+    assert cases[HOPPER_128].status == Status.PASS
 
 
 def test_failed_case_is_an_error(root):
     fx.edit(root, fx.DOCS, BENCH_TIME, fx.HOPPER_64, fx.fail)
     verdict = fx.evaluate(root, head=fx.DOCS)
-    assert verdict.outcome == "error" and verdict.exit_code == 2
-    assert by_case(verdict)[fx.HOPPER_64].reasons == ["benchmark failed in head (see the asv log sidecar)"]
+    assert verdict.outcome == Outcome.ERROR and verdict.exit_code == 2
+    assert [r.kind for r in by_case(verdict)[fx.HOPPER_64].reasons] == [Kind.FAILED_IN_HEAD]
 
 
 def test_gated_case_skipped_in_head_is_an_error(root):
     fx.edit(root, fx.DOCS, BENCH_TIME, fx.HOPPER_64, fx.skip)
-    assert by_case(fx.evaluate(root, head=fx.DOCS))[fx.HOPPER_64].status == "error"
+    cv = by_case(fx.evaluate(root, head=fx.DOCS))[fx.HOPPER_64]
+    assert cv.status == Status.ERROR and [r.kind for r in cv.reasons] == [Kind.SKIPPED_IN_HEAD]
 
 
 @pytest.mark.parametrize("damage", [fx.skip, fx.fail])
 def test_a_gated_case_without_vendor_ratio_is_an_error_for_that_case(root, damage):
     fx.edit(root, fx.DOCS, BENCH_RATIO, fx.HOPPER_64, damage)
     verdict = fx.evaluate(root, head=fx.DOCS)
-    assert verdict.outcome == "error" and verdict.exit_code == 2
+    assert verdict.outcome == Outcome.ERROR and verdict.exit_code == 2
     cases = by_case(verdict)
-    assert cases[fx.HOPPER_64].status == "error"
-    assert "no vendor ratio in the head results: flash_mla was not measured" in cases[fx.HOPPER_64].reasons[0]
-    assert cases[HOPPER_128].status == "pass"
-    assert "tilelang-hopper h=128 b=64 s=4096 float16" in report.gate_markdown(verdict)
+    assert cases[fx.HOPPER_64].status == Status.ERROR
+    no_ratio = cases[fx.HOPPER_64].reasons[0]
+    assert no_ratio.kind is Kind.NO_RATIO and "flash_mla" in no_ratio.text  # names the vendor
+    assert cases[HOPPER_128].status == Status.PASS
+    assert "tilelang-hopper h=128 b=64 s=4096 float16" in gate_markdown(verdict)
 
 
 def test_results_without_samples_are_an_error(root):
     fx.edit(root, fx.DOCS, BENCH_TIME, fx.HOPPER_64, lambda v, s: (v, None))
     cv = by_case(fx.evaluate(root, head=fx.DOCS))[fx.HOPPER_64]
-    assert cv.status == "error" and "no raw samples" in cv.reasons[0]
+    assert cv.status == Status.ERROR and [r.kind for r in cv.reasons] == [Kind.NO_SAMPLES]
 
 
 def test_drift_against_recent_main_results_warns(root):
     store = Store(root)
     base, head = store.load(fx.MACHINE, fx.BASE), store.load(fx.MACHINE, fx.SLOW)
-    verdict = decide.evaluate(base, base, config.load(), "cuda", history=[base, base, head])
-    assert verdict.outcome == "pass"
-    verdict = decide.evaluate(head, head, config.load(), "cuda", history=[base, base, head])
-    assert any(w.startswith("drift: ") for c in verdict.cases for w in c.warnings)
-    drifting = [c for c in verdict.cases if c.drift]
-    warnings = [a for a in report.annotations(verdict) if a.startswith("::warning")]
+    verdict = evaluate(base, base, config.load(), "cuda", history=[base, base, head])
+    assert verdict.outcome == Outcome.PASS and not any(c.drift for c in verdict.cases)
+    verdict = evaluate(head, head, config.load(), "cuda", history=[base, base, head])
+    drifting = [c for c in verdict.cases if Kind.DRIFT in [w.kind for w in c.warnings]]
+    assert drifting and all(c.drift.kind is Kind.DRIFT for c in drifting)
+    warnings = [a for a in annotations(verdict) if a.startswith("::warning")]
     assert drifting and len(warnings) == len(drifting)
     assert all("perf drift" in a and "slower than the best of the last" in a for a in warnings)
 
@@ -175,6 +180,13 @@ def test_cli_regression_prints_annotations(root, tmp_path, capsys):
     # ':' and ',' in a title are percent-encoded: GitHub splits a command's properties at them
     assert "::error title=perf regression%3A tilelang-hopper h=128 b=64 s=4096 float16::latency +" in out
     assert "| tilelang-hopper h=128 b=64 s=4096 float16 |" in (tmp_path / "out" / "gate.md").read_text()
+    # verdict.json shows each status and note as its text, as before the notes carried a kind
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert (verdict["outcome"], verdict["exit_code"]) == ("regression", 1)
+    for case in verdict["cases"]:
+        assert case["status"] == "regression" and case["drift"] is None
+        assert len(case["reasons"]) == 1 and case["reasons"][0].startswith("latency +")
+    assert all(isinstance(w, str) for w in verdict["warnings"])
 
 
 def test_cli_corrupt_head_file_is_reported_by_path_and_kept(root, tmp_path, capsys):
@@ -216,7 +228,7 @@ def test_a_head_count_the_vendor_lacks_is_gated_on_latency_alone(root):
     cfg = config.parse(raw)
     fx.edit(root, fx.DOCS, BENCH_RATIO, fx.HOPPER_64, fx.skip)
     cases = by_case(fx.evaluate(root, head=fx.DOCS, cfg=cfg))
-    assert cases[fx.HOPPER_64].status == "pass" and cases[fx.HOPPER_64].vendor_ratio is None
-    assert "gated on latency alone" in " ".join(cases[fx.HOPPER_64].warnings)
-    assert by_case(fx.evaluate(root, head=fx.SLOW, cfg=cfg))[fx.HOPPER_64].status == "regression"
-    assert by_case(fx.evaluate(root, head=fx.DOCS))[fx.HOPPER_64].status == "error"  # declared: all heads
+    assert cases[fx.HOPPER_64].status == Status.PASS and cases[fx.HOPPER_64].vendor_ratio is None
+    assert Kind.NO_VENDOR_KERNEL in [w.kind for w in cases[fx.HOPPER_64].warnings]
+    assert by_case(fx.evaluate(root, head=fx.SLOW, cfg=cfg))[fx.HOPPER_64].status == Status.REGRESSION
+    assert by_case(fx.evaluate(root, head=fx.DOCS))[fx.HOPPER_64].status == Status.ERROR  # declared: all heads

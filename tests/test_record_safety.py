@@ -20,9 +20,10 @@ import pytest
 
 import gate_fixtures as fx
 from mlagate import gitops
-from mlagate.store import record as recorder
-from mlagate.store import results as store
-from mlagate.store.results import Store, StoreError
+from mlagate.store import files, record
+from mlagate.store.errors import StoreError
+from mlagate.store.results import Store
+from mlagate.store.results_file import BENCH_TIME
 
 NEW = "c" * 40
 
@@ -30,11 +31,11 @@ NEW = "c" * 40
 def snapshot(root) -> dict:
     """Every file of a store except mlagate's control files: relative path -> bytes."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(Path(root).rglob("*"))
-            if p.is_file() and not p.name.startswith(store.CONTROL)}
+            if p.is_file() and not p.name.startswith(files.CONTROL)}
 
 
 def control_files(root) -> list:
-    return sorted(p.name for p in Path(root).rglob(f"{store.CONTROL}*"))
+    return sorted(p.name for p in Path(root).rglob(f"{files.CONTROL}*"))
 
 
 def worktrees(repo) -> int:
@@ -73,7 +74,7 @@ def stage(folder: Path, commit=NEW) -> Path:
 
 KILL_AT_CALL = """
 import os, signal, sys
-from mlagate.store import results as store
+from mlagate.store import files
 staging, root, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 calls = 0
 def counted(real):
@@ -86,8 +87,8 @@ def counted(real):
     return call
 for name in ("fsync", "link", "replace", "rename", "unlink"):  # every step that makes data durable or visible
     setattr(os, name, counted(getattr(os, name)))
-with store.store_lock(root):
-    store.install_record(staging, root, "h200")
+with files.store_lock(root):
+    files.install_record(staging, root, "h200")
 """
 
 
@@ -95,8 +96,8 @@ def test_an_install_killed_at_any_step_leaves_the_old_store_or_the_whole_record(
     staging = stage(tmp_path / "staging")
     before = snapshot(fx.RESULTS)
     done = fx.copy_store(tmp_path / "done")
-    with store.store_lock(done):
-        installed = store.install_record(staging, done, fx.MACHINE)
+    with files.store_lock(done):
+        installed = files.install_record(staging, done, fx.MACHINE)
     complete = snapshot(done)
     assert installed.name.startswith(NEW[:8]) and len(set(complete) - set(before)) == 3
     script = tmp_path / "kill.py"
@@ -108,7 +109,7 @@ def test_an_install_killed_at_any_step_leaves_the_old_store_or_the_whole_record(
                              text=True)
         after = snapshot(root)
         if run.returncode == 0:
-            assert after == complete and control_files(root) == [store.LOCK]
+            assert after == complete and control_files(root) == [files.LOCK]
             break
         assert run.returncode == -signal.SIGKILL, run.stderr
         for name in set(before) | set(after):  # each file is the old one or the new one, whole
@@ -116,13 +117,13 @@ def test_an_install_killed_at_any_step_leaves_the_old_store_or_the_whole_record(
         if results_name in after:  # the results file goes in last: whoever finds it finds the rest
             assert after == complete, n
         elif after != before:
-            assert store.JOURNAL in control_files(root), n  # and the next record finishes it
+            assert files.JOURNAL in control_files(root), n  # and the next record finishes it
         assert Store(root).load(fx.MACHINE, NEW) is None or after == complete
-        pending = store.JOURNAL in control_files(root)
-        with store.store_lock(root):  # what the next record does first
-            store.recover(root)
+        pending = files.JOURNAL in control_files(root)
+        with files.store_lock(root):  # what the next record does first
+            files.recover(root)
         assert snapshot(root) == (complete if pending or after == complete else before), n
-        assert control_files(root) == [store.LOCK], n
+        assert control_files(root) == [files.LOCK], n
     else:
         pytest.fail("the install never finished")
     assert n > 20  # it was killed at every one of its steps before that
@@ -132,9 +133,9 @@ def test_an_install_refuses_a_recorded_commit_and_writes_nothing(tmp_path):
     root = fx.copy_store(tmp_path)
     staging = stage(tmp_path / "staging", fx.BASE)
     before = snapshot(root)
-    with store.store_lock(root), pytest.raises(StoreError, match="already recorded"):
-        store.install_record(staging, root, fx.MACHINE)
-    assert snapshot(root) == before and control_files(root) == [store.LOCK]
+    with files.store_lock(root), pytest.raises(StoreError, match="already recorded"):
+        files.install_record(staging, root, fx.MACHINE)
+    assert snapshot(root) == before and control_files(root) == [files.LOCK]
 
 
 # -- one record at a time -------------------------------------------------------------
@@ -142,14 +143,14 @@ def test_an_install_refuses_a_recorded_commit_and_writes_nothing(tmp_path):
 @pytest.fixture
 def fake_asv(clone, monkeypatch):
     """record() with asv's part replaced by a staged H200 record of the commit asked for."""
-    monkeypatch.setattr(recorder, "gpu_available", lambda: True)
+    monkeypatch.setattr(record, "gpu_available", lambda: True)
     runs = []
 
     def run(tree, commit, machine, *args):
         runs.append(commit)
         return stage(tree / "results", commit)
 
-    monkeypatch.setattr(recorder, "_run_asv", run)
+    monkeypatch.setattr(record, "_run_asv", run)
     return runs
 
 
@@ -158,14 +159,14 @@ def test_a_second_record_of_a_store_waits_for_the_first(tmp_path, fake_asv):
     before = snapshot(root)
     messages, outcomes = [], []
 
-    def record():
+    def record_head():
         try:
-            outcomes.append(recorder.record("HEAD", results=root, machine=fx.MACHINE, echo=messages.append))
+            outcomes.append(record.record("HEAD", results=root, machine=fx.MACHINE, echo=messages.append))
         except StoreError as e:
             outcomes.append(e)
 
-    with store.store_lock(root):  # a record in progress
-        threads = [threading.Thread(target=record) for _ in range(2)]
+    with files.store_lock(root):  # a record in progress
+        threads = [threading.Thread(target=record_head) for _ in range(2)]
         for t in threads:
             t.start()
         deadline = time.monotonic() + 20
@@ -186,13 +187,13 @@ def test_a_second_record_of_a_store_waits_for_the_first(tmp_path, fake_asv):
 def test_a_record_without_results_stores_nothing(tmp_path, clone, monkeypatch):
     """asv ran but wrote no results file: nothing goes in, not even its log, so the commit can
     be recorded again (the log was echoed)."""
-    monkeypatch.setattr(recorder, "gpu_available", lambda: True)
-    monkeypatch.setattr(recorder, "_stream", lambda cmd, env, cwd, echo: (1, "asv: crashed\n"))
+    monkeypatch.setattr(record, "gpu_available", lambda: True)
+    monkeypatch.setattr(record, "_stream", lambda cmd, env, cwd, echo: (1, "asv: crashed\n"))
     root = fx.copy_store(tmp_path / "store")
     before = snapshot(root)
     with pytest.raises(StoreError, match="asv wrote no results .* nothing was stored"):
-        recorder.record("HEAD", results=root, machine=fx.MACHINE, grid="quick", impls=["torch"])
-    assert snapshot(root) == before and control_files(root) == [store.LOCK]
+        record.record("HEAD", results=root, machine=fx.MACHINE, grid="quick", impls=["torch"])
+    assert snapshot(root) == before and control_files(root) == [files.LOCK]
     assert list((clone / ".asv" / "records").iterdir()) == [] and worktrees(clone) == 1
 
 
@@ -202,11 +203,10 @@ KILLED_RECORD = """
 import os, signal, sys
 from pathlib import Path
 from mlagate import gitops
-from mlagate.store import record as recorder
-from mlagate.store import results as store
+from mlagate.store import files, record
 repo, results, rev, mode = sys.argv[1:5]
 gitops.REPO = Path(repo)
-recorder.gpu_available = lambda: True  # a CPU stands in for the GPU; the suite skips every case
+record.gpu_available = lambda: True  # a CPU stands in for the GPU; the suite skips every case
 
 
 def die():  # like a cancelled job: the record, asv and its benchmark processes at once
@@ -219,7 +219,7 @@ def echo(line):
         die()
 
 
-installed, real_install = [], store._install
+installed, real_install = [], files._install
 
 
 def install(root, entry):  # killed after the rewritten files and the first sidecar are in
@@ -229,8 +229,8 @@ def install(root, entry):  # killed after the rewritten files and the first side
     return real_install(root, entry)
 
 
-store._install = install
-recorder.record(rev, results=Path(results), machine="h200", grid="quick", impls=["torch"],
+files._install = install
+record.record(rev, results=Path(results), machine="h200", grid="quick", impls=["torch"],
                 bench_regex="TimeDecode", echo=echo)
 """
 
@@ -267,28 +267,28 @@ def test_a_record_killed_anywhere_leaves_the_store_whole_and_the_next_one_runs(t
     parent = gitops.resolve("HEAD~1")
 
     _killed_record(tmp_path, clone, root, "HEAD~1", "asv")  # HEAD~1: a worktree of the commit
-    assert snapshot(root) == before and control_files(root) == [store.LOCK]
+    assert snapshot(root) == before and control_files(root) == [files.LOCK]
     assert len(list(records.iterdir())) == 1 and worktrees(clone) == 2  # what the dead record left
 
     _killed_record(tmp_path, clone, root, "HEAD~1", "install")
     after = snapshot(root)
     new = sorted(set(after) - set(before))
     assert new == [f"h200/{parent[:8]}-asv-log.sidecar"]  # benchmarks.json and machine.json rewritten too
-    assert Store(root).load(fx.MACHINE, parent) is None and store.JOURNAL in control_files(root)
+    assert Store(root).load(fx.MACHINE, parent) is None and files.JOURNAL in control_files(root)
     assert len(list(records.iterdir())) == 1  # the first dead record's tree is gone, the second's is left
 
-    monkeypatch.setattr(recorder, "gpu_available", lambda: True)
+    monkeypatch.setattr(record, "gpu_available", lambda: True)
     capsys.readouterr()
     args = ["record", "--rev", "HEAD", "--machine", "h200", "--grid", "quick", "--impl", "torch", "--bench",
             "TimeDecode", "--results", str(root)]
     assert cli.main(args) == 0, capsys.readouterr().err
     s = Store(root)
     for commit in (parent, gitops.resolve("HEAD")):  # the interrupted install was finished first
-        assert s.load(fx.MACHINE, commit).entries(store.BENCH_TIME)
+        assert s.load(fx.MACHINE, commit).entries(BENCH_TIME)
         assert s.read_sidecar(fx.MACHINE, commit, "env")["grid"] == "quick"
         assert s.read_sidecar(fx.MACHINE, commit, "asv-log")["exit_code"] == 0
     final = snapshot(root)
     assert all(final[name] == after[name] for name in new)  # finished, not rewritten
     assert all(final[name] == before[name] for name in before if name not in ("benchmarks.json", "h200/machine.json"))
-    assert control_files(root) == [store.LOCK] and not s.problems
+    assert control_files(root) == [files.LOCK] and not s.problems
     assert list(records.iterdir()) == [] and worktrees(clone) == 1

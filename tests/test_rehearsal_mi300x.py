@@ -98,7 +98,8 @@ def test_the_bench_service_yields_a_verdict_on_an_mi300x(rehearsal):
 
 def test_the_rehearsal_recorded_both_commits_through_asv_with_aiter(rehearsal):
     out, repo, results, base = rehearsal
-    from mlagate.store.results import BENCH_RATIO, BENCH_TIME, Store
+    from mlagate.store.results import Store
+    from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME
 
     store = Store(results)
     assert store.machines() == ["mi300x"]  # compose's default MLAGATE_MACHINE

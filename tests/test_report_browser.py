@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from mlagate import cli, config
-
-from mlagate.report import site as publish
+from mlagate.case import Case
+from mlagate.measure import environment
+from mlagate.report import site
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "h200"
@@ -74,12 +75,12 @@ def test_summary_page_content(report, tmp_path):
 
 
 def test_missing_versions_read_not_recorded():
-    html = publish.env_table([("a run", None), ("another", {"start": {"gpu": "NVIDIA H200"}})])
-    assert html.count("not recorded") == 2 * len(publish.ENV_FIELDS) - 1 and "NVIDIA H200" in html
+    html = site.env_table([("a run", None), ("another", {"start": {"gpu": "NVIDIA H200"}})])
+    assert html.count("not recorded") == 2 * len(environment.FIELDS) - 1 and "NVIDIA H200" in html
 
 
 def test_asv_urls_follow_asv_hash_scheme():
-    url = publish.asv_url("b.x", "m 1", ("tilelang-hopper", 64, 4096, "float16", 16))
+    url = site.asv_url("b.x", "m 1", Case("tilelang-hopper", 64, 4096, "float16", 16))
     assert url == "asv/index.html#b.x?machine=m%201&p-impl='tilelang-hopper'&p-batch=64&p-seqlen=4096" \
                   "&p-dtype='float16'&p-heads=16"
 
@@ -206,10 +207,10 @@ def _skip_reason():
         import websocket  # noqa: F401
     except ImportError:
         return "websocket-client is not installed (pip install -e '.[test]')"
-    missing = [name for name in publish.ASSETS.values() if name and not (publish.DEBIAN_JS / name).is_file()]
+    missing = [name for name in site.ASSETS.values() if name and not (site.DEBIAN_JS / name).is_file()]
     if missing:
-        return (f"asv's pages need {publish.DEBIAN_PACKAGES} offline (missing "
-                f"{publish.DEBIAN_JS / missing[0]}; .ci/run installs them)")
+        return (f"asv's pages need {site.DEBIAN_PACKAGES} offline (missing "
+                f"{site.DEBIAN_JS / missing[0]}; .ci/run installs them)")
     return None
 
 
@@ -274,8 +275,8 @@ def test_full_grid_asv_record_renders(tmp_path):
         seen = chromium.open(server.base + "asv/index.html",
                              ready="document.querySelectorAll('.benchmark-container').length")
         _assert_clean(seen, server.base)
-        graph = server.base + publish.asv_url("mla_decode.TimeDecode.time_decode", "h200",
-                                              ("flashinfer", 128, 16384, "float16", 128))
+        graph = server.base + site.asv_url("mla_decode.TimeDecode.time_decode", "h200",
+                                           Case("flashinfer", 128, 16384, "float16", 128))
         seen = chromium.open(graph, ready="document.querySelectorAll('#main-graph canvas.flot-base').length")
         _assert_clean(seen, server.base)
         selected = chromium.evaluate("[...document.querySelectorAll('.btn.active')].map(b => b.innerText.trim())")

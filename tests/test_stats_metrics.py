@@ -6,7 +6,7 @@ from mlagate.measure import grid as bench
 from mlagate.measure import metrics
 
 from mlagate.decide import stats
-from mlagate.case import Case
+from mlagate.case import Case, CaseResult, Samples, Status
 
 
 def test_flops_and_bytes_match_flashmla_formulas():
@@ -47,14 +47,13 @@ def test_outlier_fraction():
 
 def test_add_metrics_computes_vendor_ratio_within_a_run():
     def row(impl, ms):
-        return {"impl": impl, "batch": 64, "seqlen": 4096, "dtype": "float16", "heads": 128, "status": "ok",
-                "samples": {"times_ms": [ms] * 10}}
+        return CaseResult(Case(impl, 64, 4096, "float16", 128), Status.OK, samples=Samples((ms,) * 10, "", 0, 0, ""))
 
     rows = bench.add_metrics([row("tilelang-hopper", 0.2), row("flash_mla", 0.1),
-                              {**row("aiter", 0), "status": "skipped", "samples": None}], vendor="flash_mla")
-    assert rows[0]["vendor_ratio"] == pytest.approx(0.5)
-    assert rows[1]["vendor_ratio"] == pytest.approx(1.0)
-    assert "tflops" not in rows[2] and "vendor_ratio" not in rows[2]
+                              CaseResult(Case("aiter", 64, 4096, "float16", 128), Status.SKIPPED)], vendor="flash_mla")
+    assert rows[0].vendor_ratio == pytest.approx(0.5)
+    assert rows[1].vendor_ratio == pytest.approx(1.0)
+    assert "tflops" not in rows[2].to_dict() and "vendor_ratio" not in rows[2].to_dict()
 
 
 def test_longest_first_sharding_balances_gpus():
@@ -77,10 +76,10 @@ def test_a_grid_point_stays_on_one_gpu_so_every_ratio_is_a_same_gpu_ratio():
 
 def test_no_vendor_ratio_across_two_gpus():
     def row(impl, ms, gpu):
-        return {"impl": impl, "batch": 64, "seqlen": 4096, "dtype": "float16", "heads": 128, "status": "ok",
-                "samples": {"times_ms": [ms] * 10}, "gpu": gpu}
+        return CaseResult(Case(impl, 64, 4096, "float16", 128), Status.OK, samples=Samples((ms,) * 10, "", 0, 0, ""),
+                          gpu=gpu)
 
     rows = bench.add_metrics([row("tilelang-hopper", 0.2, 0), row("flash_mla", 0.1, 1)], vendor="flash_mla")
-    assert "vendor_ratio" not in rows[0]
+    assert "vendor_ratio" not in rows[0].to_dict()
     rows = bench.add_metrics([row("tilelang-hopper", 0.2, 1), row("flash_mla", 0.1, 1)], vendor="flash_mla")
-    assert rows[0]["vendor_ratio"] == pytest.approx(0.5)
+    assert rows[0].vendor_ratio == pytest.approx(0.5)

@@ -5,8 +5,11 @@ import subprocess
 import pytest
 
 import gate_fixtures as fx
-from mlagate.store import results as store_mod
-from mlagate.store.results import BENCH_TFLOPS, BENCH_TIME, Store, StoreError, parse_results_file
+from mlagate.store import files
+from mlagate.store.branch import checkout_branch, commit_branch
+from mlagate.store.errors import StoreError
+from mlagate.store.results import Store
+from mlagate.store.results_file import BENCH_TFLOPS, BENCH_TIME, parse_results_file
 
 
 def test_reads_real_asv_results_with_samples():
@@ -134,14 +137,14 @@ def test_results_branch_round_trip(tmp_path):
     origin, branch = tmp_path / "origin.git", _branch(tmp_path)
     (branch / "results").mkdir()
     (branch / "results" / "r.json").write_text("{}")
-    assert store_mod.commit_branch(branch, "results: one") is True
-    assert store_mod.commit_branch(branch, "results: nothing") is False
+    assert commit_branch(branch, "results: one") is True
+    assert commit_branch(branch, "results: nothing") is False
     (branch / "results" / "r.json").write_text('{"rewritten": true}')
     with pytest.raises(StoreError, match="modified, not only added"):
-        store_mod.commit_branch(branch, "results: rewrite")
+        commit_branch(branch, "results: rewrite")
     fresh = tmp_path / "fresh"  # the next CI job: a new clone fetches what was pushed
     git(tmp_path, "clone", "-q", str(origin), str(fresh))
-    again = store_mod.checkout_branch(fresh, "perf-results", tmp_path / "second")
+    again = checkout_branch(fresh, "perf-results", tmp_path / "second")
     assert (again / "results" / "r.json").read_text() == "{}"
 
 
@@ -156,7 +159,7 @@ def test_a_sidecar_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     def crash(src, dst):  # the moment the complete temporary file would be linked into place
         raise OSError("disk gone")
 
-    monkeypatch.setattr(store_mod.os, "link", crash)
+    monkeypatch.setattr(files.os, "link", crash)
     with pytest.raises(OSError, match="disk gone"):
         s.write_sidecar("m", "b" * 40, "env", {"x": 2})
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
@@ -168,7 +171,7 @@ def _branch(tmp_path):
     git(tmp_path, "init", "-q", str(work))
     git(work, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "init")
     git(work, "remote", "add", "origin", str(origin))
-    branch = store_mod.checkout_branch(work, "perf-results", tmp_path / "branch")
+    branch = checkout_branch(work, "perf-results", tmp_path / "branch")
     git(branch, "config", "user.email", "ci@x")
     git(branch, "config", "user.name", "ci")
     return branch
@@ -187,21 +190,21 @@ def test_the_results_branch_takes_what_asv_rewrites_and_refuses_the_rest(tmp_pat
     (root / "benchmarks.json").write_text('{"v": 1}')
     (root / "m" / "machine.json").write_text('{"machine": "m"}')
     (root / "m" / "aaaaaaaa-existing.json").write_text("{}")
-    assert store_mod.commit_branch(branch, "one", push=False) is True
+    assert commit_branch(branch, "one", push=False) is True
     assert _committed(branch) == ["results/benchmarks.json", "results/m/aaaaaaaa-env.sidecar",
                                   "results/m/aaaaaaaa-existing.json", "results/m/machine.json"]
     # The next record: asv rewrote benchmarks.json and machine.json (its benchmark code changed).
     (root / "benchmarks.json").write_text('{"v": 2}')
     (root / "m" / "machine.json").write_text('{"machine": "m", "ram": 1}')
     (root / "m" / "bbbbbbbb-existing.json").write_text("{}")
-    assert store_mod.commit_branch(branch, "two", push=False) is True
+    assert commit_branch(branch, "two", push=False) is True
     assert "results/m/bbbbbbbb-existing.json" in _committed(branch)
     for damage in (lambda: (root / "m" / "aaaaaaaa-existing.json").write_text('{"x": 1}'),
                    lambda: (root / "m" / "aaaaaaaa-existing.json").unlink(),
                    lambda: (root / "m" / "aaaaaaaa-env.sidecar").unlink()):
         damage()
         with pytest.raises(StoreError, match=r"results/m/aaaaaaaa-.*: modified, not only added"):
-            store_mod.commit_branch(branch, "rewrite", push=False)
+            commit_branch(branch, "rewrite", push=False)
         git(branch, "checkout", "--", ".")
 
 
@@ -213,10 +216,10 @@ def test_pushing_finishes_an_install_a_killed_record_left(tmp_path):
     staging = tmp_path / "staging"
     Store(staging).write_sidecar("m", "c" * 40, "env", {"x": 1})
     (staging / "m" / "cccccccc-existing.json").write_text('{"commit_hash": "' + "c" * 40 + '"}')
-    with store_mod.store_lock(root):
+    with files.store_lock(root):
         entries = [{"path": f"m/{p.name}", "once": True, "text": p.read_text()}
                    for p in sorted((staging / "m").glob("c*"))]
-        store_mod.write_once(root / store_mod.JOURNAL, json.dumps({"files": entries}).encode())
-    assert store_mod.commit_branch(branch, "finished", push=False) is True
+        files.write_once(root / files.JOURNAL, json.dumps({"files": entries}).encode())
+    assert commit_branch(branch, "finished", push=False) is True
     assert _committed(branch) == ["results/m/cccccccc-env.sidecar", "results/m/cccccccc-existing.json"]
-    assert not (root / store_mod.JOURNAL).exists()
+    assert not (root / files.JOURNAL).exists()

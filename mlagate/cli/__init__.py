@@ -24,7 +24,7 @@ def main(argv=None) -> int:
         module.add_parser(sub)
 
     args = parser.parse_args(argv)
-    from mlagate.store.results import GateError, StoreError
+    from mlagate.store.errors import GateError, StoreError
 
     try:
         cfg = config_mod.load(args.config)

@@ -1,6 +1,5 @@
 """`mlagate bench`: measure the grid on this host's GPU(s) and print a table (JSON and CSV with --out)."""
 
-import os
 from pathlib import Path
 
 from mlagate import config as config_mod
@@ -21,13 +20,11 @@ def add_parser(sub):
 def run(args, cfg) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from mlagate.measure import grid as bench
-
-    from mlagate.measure import environment
-
-    from mlagate.report import text as report
-
     import torch
+
+    from mlagate.case import Status
+    from mlagate.measure import environment, grid
+    from mlagate.report import text
 
     if not torch.cuda.is_available():
         raise ValueError("mlagate bench needs a CUDA or ROCm GPU; torch sees none "
@@ -38,25 +35,27 @@ def run(args, cfg) -> int:
             raise config_mod.ConfigError(f"--impl {name}: not in implementations ({', '.join(cfg.implementations)})")
     platform = environment.platform()
     cases = cfg.cases(args.grid, impls, platform, args.dtype)
-    gpus = bench.parse_gpus(args.gpus)
+    gpus = grid.parse_gpus(args.gpus)
     env_start = environment.environment()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=_console(), transient=False) as progress:
         task = progress.add_task("benchmark", total=len(cases))
 
-        def on_result(outcome):
-            progress.update(task, advance=1, description=f"{outcome['impl']} b={outcome['batch']} "
-                                                          f"s={outcome['seqlen']}: {outcome['status']}")
+        def on_result(result):
+            case = result.case
+            progress.update(task, advance=1, description=f"{case.impl} b={case.batch} s={case.seqlen}: "
+                                                          f"{result.status}")
 
-        rows = bench.run_cases(cases, cfg.timing, gpus=gpus, on_result=on_result)
+        results = grid.run_cases(cases, cfg.timing, gpus=gpus, on_result=on_result)
     env = {"start": env_start, "end": environment.environment(), "config_digest": cfg.digest}
-    rows = bench.add_metrics(rows, peaks=cfg.peaks(env_start.get("arch")),
-                             vendor=cfg.platform(platform).vendor)
-    _console().print(report.bench_table(rows, vendor=cfg.platform(platform).vendor))
+    results = grid.add_metrics(results, peaks=cfg.peaks(env_start.get("arch")),
+                               vendor=cfg.platform(platform).vendor)
+    _console().print(text.bench_table(results, vendor=cfg.platform(platform).vendor))
     if args.out:
-        bench.write_outputs(args.out, rows, env)
+        grid.write_outputs(args.out, results, env)
         print(f"wrote {args.out} and {Path(args.out).with_suffix('.csv')}")
-    return exits.FAILED_CASES if any(r["status"] == "failed" for r in rows) else exits.OK
+    return exits.FAILED_CASES if any(r.status == Status.FAILED for r in results) else exits.OK
+
 
 def _console():
     from rich.console import Console

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from mlagate import exits
-from mlagate.build import compile
+from mlagate.build import plan, report
+from mlagate.build.plan import BuildError
 from mlagate.decide import build_rules
 
 
@@ -28,21 +29,21 @@ def add_parser(sub):
 
 
 def run(args, cfg) -> int:
-    from mlagate.report import build_report as report_mod
     from mlagate.kernels import mla_decode
+    from mlagate.report import build_report
 
     if args.jobs < 1:
-        raise compile.BuildError(f"--jobs must be >= 1, got {args.jobs}")
+        raise BuildError(f"--jobs must be >= 1, got {args.jobs}")
     if args.record and not args.machine:
-        raise compile.BuildError("--record needs --machine (the asv machine whose results the report goes with)")
+        raise BuildError("--record needs --machine (the asv machine whose results the report goes with)")
     targets = args.target or list(build_rules.DEFAULT_TARGETS)
     configs = {}
     for t in targets:
-        kind, _ = compile.parse_target(t)
-        names = args.config_name or compile.DEFAULT_CONFIGS[kind]
+        kind, _ = plan.parse_target(t)
+        names = args.config_name or plan.DEFAULT_CONFIGS[kind]
         unknown = [n for n in names if n not in mla_decode.CONFIGS]
         if unknown:
-            raise compile.BuildError(f"--config-name {unknown[0]}: not in kernels/mla_decode.py CONFIGS "
+            raise BuildError(f"--config-name {unknown[0]}: not in kernels/mla_decode.py CONFIGS "
                              f"({', '.join(mla_decode.CONFIGS)})")
         configs[t] = [mla_decode.CONFIGS[n] for n in names]
     batches, seqlens, heads = cfg.grid.sizes[args.grid]
@@ -53,18 +54,18 @@ def run(args, cfg) -> int:
         from mlagate.gitops import resolve
 
         commit = resolve("HEAD")
-    reports = compile.build_reports(targets, configs, shapes, jobs=args.jobs, codegen_only=args.codegen_only,
-                            smem_limits=cfg.gate.shared_memory_limit, commit=commit)
+    reports = report.build_reports(targets, configs, shapes, jobs=args.jobs, codegen_only=args.codegen_only,
+                                   smem_limits=cfg.gate.shared_memory_limit, commit=commit)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     failed = False
     for target, rep in reports.items():
         findings = build_rules.evaluate_build(None, rep, cfg)
-        for line in report_mod.build_lines(rep, findings):
+        for line in build_report.build_lines(rep, findings):
             print(line)
         stem = out / build_rules.sidecar_kind(target)
         stem.with_suffix(".json").write_text(json.dumps(rep, indent=1))
-        stem.with_suffix(".md").write_text(report_mod.build_markdown(rep, findings))
+        stem.with_suffix(".md").write_text(build_report.build_markdown(rep, findings))
         print(f"wrote {stem}.json and {stem}.md")
         if args.record:
             from mlagate.store.results import Store, results_root

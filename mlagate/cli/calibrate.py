@@ -18,7 +18,7 @@ def add_parser(sub):
 def run(args, cfg) -> int:
     from mlagate.decide import calibration
     from mlagate.report import plots
-    from mlagate.report import text as report
+    from mlagate.report import text
 
     data = json.loads(Path(args.noise).read_text())
     g = cfg.gate
@@ -29,7 +29,7 @@ def run(args, cfg) -> int:
         per_side = min(g.confirm_rounds, (len(rounds) - 2) // 2)
         curves[label] = calibration.detection_curve(rounds, slowdowns, screen=g.screen, threshold=g.threshold,
                                                     alpha=g.alpha, confirm_rounds=per_side, trials=args.trials)
-    print(report.calibration_markdown(curves, g))
+    print(text.calibration_markdown(curves, g))
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

@@ -23,14 +23,14 @@ def add_parser(sub):
 
 def run(args, cfg) -> int:
     from mlagate import gate
-    from mlagate.report import text as report
-    from mlagate.store import results as store
+    from mlagate.report import text
+    from mlagate.store import results
 
-    out = gate.run_gate(cfg, base_rev=args.base, head_rev=args.head, results=store.results_root(args.results),
+    out = gate.run_gate(cfg, base_rev=args.base, head_rev=args.head, results=results.results_root(args.results),
                         out_dir=Path(args.out), machine=args.machine, platform=args.platform, confirm=args.confirm,
                         record_missing=args.record_missing, grid=args.grid)
     print(out.markdown)
-    for line in report.annotations(out.verdict):
+    for line in text.annotations(out.verdict):
         print(line)
     print(f"wrote {', '.join(str(p) for p in out.files.values())}")
     for line in verdict_errors(out.verdict):  # exit 2 always says why on stderr, as every other error does
@@ -39,4 +39,7 @@ def run(args, cfg) -> int:
 
 
 def verdict_errors(verdict) -> list:
-    return [*verdict.errors, *(f"{c.label}: {'; '.join(c.reasons)}" for c in verdict.cases if c.status == "error")]
+    from mlagate.decide.verdict import Status
+
+    return [*(e.text for e in verdict.errors),
+            *(f"{c.label}: {'; '.join(r.text for r in c.reasons)}" for c in verdict.cases if c.status == Status.ERROR)]

@@ -17,10 +17,10 @@ def add_parser(sub):
 
 
 def run(args, cfg) -> int:
-    from mlagate.store import record as recorder
-    from mlagate.store import results as store
+    from mlagate.store.record import record
+    from mlagate.store.results import results_root
 
-    path = recorder.record(args.rev, results=store.results_root(args.results), machine=args.machine,
-                           grid=args.grid, dtypes=args.dtype, impls=args.impl, bench_regex=args.bench)
+    path = record(args.rev, results=results_root(args.results), machine=args.machine,
+                  grid=args.grid, dtypes=args.dtype, impls=args.impl, bench_regex=args.bench)
     print(f"recorded {args.rev} -> {path}")
     return exits.OK

@@ -25,7 +25,7 @@ def run(args, cfg) -> int:
         raise ValueError(f"--last must be >= 1, got {last}")
     out = Path(args.out)
     problems = site.build(cfg, results=results_root(args.results), out=out, machine=args.machine,
-                     bench_json=args.bench_json, last=last)
+                          bench_json=args.bench_json, last=last)
     for problem in problems:
         print(f"warning: skipped {problem}", file=sys.stderr)
     print(f"wrote {out / 'index.html'} and {out / 'asv'}/; serve them with "

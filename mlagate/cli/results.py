@@ -17,13 +17,13 @@ def add_parser(sub):
 
 
 def run(args, cfg) -> int:
-    from mlagate.store import results as store
+    from mlagate.store.branch import checkout_branch, commit_branch
 
     if args.action == "checkout":
-        path = store.checkout_branch(Path.cwd(), args.branch, args.path, remote=args.remote)
+        path = checkout_branch(Path.cwd(), args.branch, args.path, remote=args.remote)
         print(f"results branch '{args.branch}' at {path}; use --results {Path(path) / 'results'}")
     else:
-        changed = store.commit_branch(args.path, args.message, remote=args.remote, branch=args.branch,
-                                      push=not args.no_push)
+        changed = commit_branch(args.path, args.message, remote=args.remote, branch=args.branch,
+                                push=not args.no_push)
         print("pushed new results" if changed else "nothing new to push")
     return exits.OK

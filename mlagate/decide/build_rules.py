@@ -20,10 +20,28 @@ a source-level base against a compiled head: the toolchain warning says why).
 """
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from mlagate.hardware import ARCHS, arch_key
 
-FAIL, WARN = "fail", "warn"
+
+class Rule(StrEnum):
+    """A finding's rule; its value is the name reports print and JSON holds."""
+
+    BUILD = "build"
+    SHARED_MEMORY = "shared_memory"
+    SPILLS = "spills"
+    OCCUPANCY = "occupancy"
+    MATRIX = "matrix"
+    TOOLCHAIN = "toolchain"  # base and head built with different compilers
+    REMOVED = "removed"  # kernels of the base missing from the head
+
+
+class Severity(StrEnum):
+    FAIL = "fail"  # turns a passing gate into a regression
+    WARN = "warn"  # reported only
+
+
 DEFAULT_TARGETS = ("cuda:sm_90a", "hip:gfx942")
 
 
@@ -61,13 +79,13 @@ def occupancy(arch: str, threads: int, registers: int | None, smem: int, smem_li
 class Finding:
     target: str
     kernel: str  # "" for the report as a whole
-    rule: str  # build | shared_memory | spills | occupancy | matrix | toolchain | removed
-    status: str  # fail | warn
-    message: str  # names the kernel and the numbers
+    rule: Rule
+    status: Severity
+    message: str  # for people: names the kernel and the numbers; code reads rule, status and kernel
 
     @property
     def failed(self) -> bool:
-        return self.status == FAIL
+        return self.status == Severity.FAIL
 
 
 def row_occupancy(row, arch, limit) -> dict:
@@ -79,47 +97,52 @@ def row_occupancy(row, arch, limit) -> dict:
 def _kernel(target, head, base, arch, limit, g, found):
     k = head["kernel"]
 
-    def add(rule, status, message):
+    def add(rule: Rule, status: Severity, message: str):
         found.append(Finding(target, k, rule, status, f"{k}: {message}"))
 
     if head.get("error"):
-        add("build", FAIL, head["error"])
+        add(Rule.BUILD, Severity.FAIL, head["error"])
         return
     smem = head.get("smem") or 0
     if limit is not None and smem > limit:
-        add("shared_memory", FAIL, f"shared memory {smem} B (static {head.get('static_smem') or 0} + dynamic "
-                                   f"{head.get('dynamic_smem') or 0}) exceeds the {arch_key(arch)} limit of "
-                                   f"{limit} B (gate.build.shared_memory_limit): it cannot launch")
+        add(Rule.SHARED_MEMORY, Severity.FAIL,
+            f"shared memory {smem} B (static {head.get('static_smem') or 0} + dynamic "
+            f"{head.get('dynamic_smem') or 0}) exceeds the {arch_key(arch)} limit of "
+            f"{limit} B (gate.build.shared_memory_limit): it cannot launch")
     expected = head.get("expected_matrix")
     has = (head.get("matrix") or {}).get(expected, 0) if expected else None
     if base is None or base.get("error"):
         if head.get("spill_stores") or head.get("spill_loads"):
-            add("spills", WARN, f"spills {_b(head['spill_stores'])} B stores / {_b(head['spill_loads'])} B loads "
-                                f"({head.get('registers')} registers; no base to compare)")
+            add(Rule.SPILLS, Severity.WARN,
+                f"spills {_b(head['spill_stores'])} B stores / {_b(head['spill_loads'])} B loads "
+                f"({head.get('registers')} registers; no base to compare)")
         if expected and not has:
-            add("matrix", WARN, f"no {expected} instruction (no base to compare)")
+            add(Rule.MATRIX, Severity.WARN, f"no {expected} instruction (no base to compare)")
         return
     compiled = all(r.get("registers") is not None for r in (base, head))  # not a source-level base
     new = max((head.get(f) or 0) - (base.get(f) or 0) for f in ("spill_stores", "spill_loads"))
     if new > g.max_new_spill_bytes and compiled:
-        add("spills", FAIL, f"spill stores {base.get('spill_stores') or 0} → {head.get('spill_stores') or 0} B, "
-                            f"loads {_b(base.get('spill_loads'), 0)} → {_b(head.get('spill_loads'), 0)} B "
-                            f"(registers {base.get('registers')} → {head.get('registers')}; +{new} B > "
-                            f"gate.build.max_new_spill_bytes = {g.max_new_spill_bytes})")
+        add(Rule.SPILLS, Severity.FAIL,
+            f"spill stores {base.get('spill_stores') or 0} → {head.get('spill_stores') or 0} B, "
+            f"loads {_b(base.get('spill_loads'), 0)} → {_b(head.get('spill_loads'), 0)} B "
+            f"(registers {base.get('registers')} → {head.get('registers')}; +{new} B > "
+            f"gate.build.max_new_spill_bytes = {g.max_new_spill_bytes})")
     elif new > g.max_new_spill_bytes:
-        add("spills", WARN, f"spills {_b(head.get('spill_stores'))} B stores / {_b(head.get('spill_loads'))} B "
-                            f"loads; the base has no compiler numbers to compare")
+        add(Rule.SPILLS, Severity.WARN,
+            f"spills {_b(head.get('spill_stores'))} B stores / {_b(head.get('spill_loads'))} B "
+            f"loads; the base has no compiler numbers to compare")
     b_occ, h_occ = row_occupancy(base, arch, limit), row_occupancy(head, arch, limit)
     if (b_occ["blocks"] is not None and h_occ["blocks"] is not None and h_occ["blocks"] < b_occ["blocks"]
             and ("registers" in b_occ["limits"]) == ("registers" in h_occ["limits"])):
-        add("occupancy", FAIL, f"{b_occ['blocks']} → {h_occ['blocks']} blocks per SM, limited by "
-                               f"{h_occ['limited_by']} (registers {base.get('registers')} → {head.get('registers')}, "
-                               f"shared memory {base.get('smem')} → {smem} B, {head.get('threads')} threads)")
+        add(Rule.OCCUPANCY, Severity.FAIL,
+            f"{b_occ['blocks']} → {h_occ['blocks']} blocks per SM, limited by "
+            f"{h_occ['limited_by']} (registers {base.get('registers')} → {head.get('registers')}, "
+            f"shared memory {base.get('smem')} → {smem} B, {head.get('threads')} threads)")
     b_has = (base.get("matrix") or {}).get(expected, 0) if expected else 0
     if b_has and not has:
-        add("matrix", FAIL, f"lost {expected}: {b_has} in base, 0 in head")
+        add(Rule.MATRIX, Severity.FAIL, f"lost {expected}: {b_has} in base, 0 in head")
     if head.get("wgmma_serialized") and not base.get("wgmma_serialized"):
-        add("matrix", FAIL, f"ptxas now serializes wgmma: {head['wgmma_serialized']}")
+        add(Rule.MATRIX, Severity.FAIL, f"ptxas now serializes wgmma: {head['wgmma_serialized']}")
 
 
 def _b(value, none="n/a"):
@@ -136,8 +159,9 @@ def evaluate_build(base: dict | None, head: dict, cfg) -> list:
     limit = g.shared_memory_limit.get(arch_key(arch))
     found = []
     if limit is None:
-        found.append(Finding(target, "", "shared_memory", FAIL, f"{target}: no gate.build.shared_memory_limit."
-                             f"{arch_key(arch)} in perf.yml: the shared memory rule cannot be checked"))
+        found.append(Finding(target, "", Rule.SHARED_MEMORY, Severity.FAIL,
+                             f"{target}: no gate.build.shared_memory_limit.{arch_key(arch)} in perf.yml: "
+                             f"the shared memory rule cannot be checked"))
     base_rows = {r["kernel"]: r for r in (base or {}).get("kernels", [])}
     for row in head.get("kernels", []):
         _kernel(target, row, base_rows.get(row["kernel"]), arch, limit, g, found)
@@ -145,9 +169,11 @@ def evaluate_build(base: dict | None, head: dict, cfg) -> list:
         head_keys = {r["kernel"] for r in head.get("kernels", [])}
         gone = sorted(set(base_rows) - head_keys)
         if gone:
-            found.append(Finding(target, "", "removed", WARN, f"{target}: {len(gone)} kernel(s) of the base are not "
-                                 f"in the head report (grid or configs changed?): {', '.join(gone[:5])}"))
+            found.append(Finding(target, "", Rule.REMOVED, Severity.WARN,
+                                 f"{target}: {len(gone)} kernel(s) of the base are not in the head report "
+                                 f"(grid or configs changed?): {', '.join(gone[:5])}"))
         if base.get("toolchain") != head.get("toolchain"):
-            found.append(Finding(target, "", "toolchain", WARN, f"{target}: toolchain differs (base "
-                                 f"{base.get('toolchain')}, head {head.get('toolchain')}): numbers may move with it"))
+            found.append(Finding(target, "", Rule.TOOLCHAIN, Severity.WARN,
+                                 f"{target}: toolchain differs (base {base.get('toolchain')}, "
+                                 f"head {head.get('toolchain')}): numbers may move with it"))
     return found

@@ -1,9 +1,12 @@
-"""Statistics on timing samples. Pure functions: no I/O, no GPU."""
+"""Statistics on timing samples. Pure functions: no I/O, no GPU.
+
+scipy is imported by the two functions that need it: it is slow to import, and the
+verdict types (hence the report and the command line's error path) import this module.
+"""
 
 import math
 
 import numpy as np
-from scipy import stats as _scipy
 
 
 def median(samples) -> float:
@@ -19,7 +22,9 @@ def median_ci(samples, confidence: float = 0.99) -> tuple:
     """Distribution-free CI of the median from order statistics (binomial).
 
     Returns (low, high), or (nan, nan) when there are too few samples for the
-    requested confidence (n < 9 at 99%)."""
+    requested confidence (n < 8 at 99%)."""
+    from scipy import stats as _scipy
+
     x = np.sort(np.asarray(samples, dtype=float))
     n = len(x)
     alpha = 1 - confidence
@@ -48,6 +53,8 @@ def summary(samples, confidence: float = 0.99) -> dict:
 
 def slower_p_value(base, head) -> float:
     """One-sided Mann-Whitney U: p-value for "head times are larger than base"."""
+    from scipy import stats as _scipy
+
     return float(_scipy.mannwhitneyu(head, base, alternative="greater").pvalue)
 
 

@@ -3,35 +3,97 @@
 Latency: the raw samples of base and head must show a slowdown of at least
 ``threshold`` in the medians *and* a one-sided Mann-Whitney U p-value below
 ``alpha``. Cases past the lower ``screen`` are re-measured interleaved when the
-gate runs with confirmation, and that re-measure decides them. Vendor ratio (TileLang TFLOPs over the vendor's, from the head's own
-run, so machine drift cancels): at least ``floor`` on every case (a case already
-under it on base is reported as a known gap) and no more than ``max_drop``
-(relative) below the base's ratio; no ratio where one should exist is an error. A flagged case fails only
-if the interleaved re-measure agrees, when one was made. Drift against the best
-of recent main-branch results is a warning. Anything missing or broken is an
-error: the gate never passes by default.
+gate runs with confirmation, and that re-measure decides them. Vendor ratio
+(TileLang TFLOPs over the vendor's, from the head's own run, so machine drift
+cancels): at least ``floor`` on every case (a case already under it on base is
+reported as a known gap) and no more than ``max_drop`` (relative) below the
+base's ratio; no ratio where one should exist is an error. A flagged case fails
+only if the interleaved re-measure agrees, when one was made. Drift against the
+best of recent main-branch results is a warning. Anything missing or broken is
+an error: the gate never passes by default.
+
+Every reason and warning is a ``Note``: code acts on its ``Kind``, never on its text.
 """
 
+import enum
 import math
 from dataclasses import dataclass, field
 
 from mlagate import exits
-
-from mlagate.decide import stats
 from mlagate.case import case_label
 from mlagate.config import Config, Platform
-from mlagate.store.results import BENCH_RATIO, BENCH_TIME, CommitResults, ok_value
+from mlagate.decide import stats
+from mlagate.store.results import CommitResults
+from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, ok_value
 
-PASS, REGRESSION, ERROR = "pass", "regression", "error"
-EXIT = {PASS: exits.OK, REGRESSION: exits.REGRESSION, ERROR: exits.ERROR}
+
+class Status(enum.StrEnum):
+    """One case's verdict; the value is the string verdict.json and the report show."""
+    PASS = "pass"
+    REGRESSION = "regression"
+    ERROR = "error"
+    NO_BASELINE = "no_baseline"  # new in head (or base's result failed): only the vendor rules judge it
+    REMOVED = "removed"  # in base, not in head
+    SKIPPED = "skipped"  # skipped in head, and base has no result to compare
+
+
+class Outcome(enum.StrEnum):
+    """The whole verdict: an error outweighs a regression, which outweighs a pass."""
+    PASS = "pass"
+    REGRESSION = "regression"
+    ERROR = "error"
+
+
+# The gate's exit code per outcome; the codes themselves are mlagate/exits.py's.
+EXIT_CODE = {Outcome.PASS: exits.OK, Outcome.REGRESSION: exits.REGRESSION, Outcome.ERROR: exits.ERROR}
+
+
+class Kind(enum.StrEnum):
+    """What a note says, for code to act on; its text is for people."""
+    # reasons: why a case fails or is an error
+    NO_SAMPLES = "no_samples"
+    BAD_SAMPLES = "bad_samples"
+    TOO_FEW_SAMPLES = "too_few_samples"
+    LATENCY = "latency"  # slower than base past the screen
+    NO_RATIO = "no_ratio"  # the head results lack a vendor ratio the rules need
+    BAD_RATIO = "bad_ratio"
+    BELOW_FLOOR = "below_floor"
+    RATIO_DROP = "ratio_drop"
+    FAILED_IN_HEAD = "failed_in_head"
+    SKIPPED_IN_HEAD = "skipped_in_head"
+    BAD_REMEASURE = "bad_remeasure"
+    NO_GATED_CASES = "no_gated_cases"  # a verdict error
+    # warnings: reported, never a failure by themselves
+    NO_VENDOR_KERNEL = "no_vendor_kernel"  # gated on latency alone
+    KNOWN_GAP = "known_gap"  # below the floor, as base already was
+    DRIFT = "drift"
+    NOT_CONFIRMED = "not_confirmed"  # the interleaved re-measure cleared a flagged case
+    NO_REMEASURE = "no_remeasure"  # re-measures were made, none for this case
+    UNDER_THRESHOLD = "under_threshold"  # past the screen, under the threshold, not re-measured
+    REMOVED = "removed"
+    NO_BASE = "no_base"  # a new case, or base's result is not ok
+    # verdict warnings, added by the gate pipeline
+    UNCONFIRMED = "unconfirmed"  # cases were flagged and the gate ran without --confirm
+    NO_BUILD_REPORT = "no_build_report"  # base has a build report, head has none
+    UNREADABLE_RESULTS = "unreadable_results"  # of commits other than base and head
+
+
+@dataclass(frozen=True)
+class Note:
+    """A reason, warning or error: its kind decides, its text explains."""
+    kind: Kind
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass
 class CaseVerdict:
     case: tuple  # (impl, batch, seqlen, dtype, heads)
-    status: str  # pass | regression | error | no_baseline | removed | skipped
-    reasons: list = field(default_factory=list)
-    warnings: list = field(default_factory=list)
+    status: Status
+    reasons: list = field(default_factory=list)  # Note: why the case fails or is an error
+    warnings: list = field(default_factory=list)  # Note
     base_median_s: float | None = None
     head_median_s: float | None = None
     change: float | None = None  # head/base - 1 of the medians
@@ -42,28 +104,38 @@ class CaseVerdict:
     over_threshold: bool = False  # the stored results alone break a rule
     below_floor: bool = False  # vendor ratio under the floor in head's own run: fails outright
     ratio_dropped: bool = False  # vendor ratio fell more than max_drop below base's
-    drift: str | None = None  # the drift warning (head against the best recent main result), if any
-    confirmation: dict | None = None  # {"change", "p_value", "agrees"}
+    confirmation: dict | None = None  # {"change", "p_value", "agrees", "samples"}
+
+    def __post_init__(self):
+        self.status = Status(self.status)
 
     @property
     def label(self) -> str:
         return case_label(self.case)
 
+    @property
+    def drift(self) -> Note | None:
+        """The drift warning (head against the best recent main result), if any."""
+        return next((w for w in self.warnings if w.kind is Kind.DRIFT), None)
+
 
 @dataclass
 class Verdict:
-    outcome: str  # pass | regression | error
-    cases: list
-    errors: list = field(default_factory=list)  # problems not tied to one case
-    warnings: list = field(default_factory=list)
+    outcome: Outcome
+    cases: list  # CaseVerdict
+    errors: list = field(default_factory=list)  # Note: problems not tied to one case
+    warnings: list = field(default_factory=list)  # Note
     base: str = ""
     head: str = ""
     platform: str = ""
-    build_findings: list = field(default_factory=list)  # resources.Finding, from the build reports
+    build_findings: list = field(default_factory=list)  # build_rules.Finding, from the build reports
+
+    def __post_init__(self):
+        self.outcome = Outcome(self.outcome)
 
     @property
     def exit_code(self) -> int:
-        return EXIT[self.outcome]
+        return EXIT_CODE[self.outcome]
 
     def flagged(self) -> list:
         return [c for c in self.cases if c.flagged]
@@ -84,23 +156,30 @@ def _positive(values) -> bool:
                for v in values)
 
 
+def _fail(cv: CaseVerdict, kind: Kind, text: str, status: Status | None = None):
+    cv.reasons.append(Note(kind, text))
+    if status is not None:
+        cv.status = status
+
+
+def _warn(cv: CaseVerdict, kind: Kind, text: str):
+    cv.warnings.append(Note(kind, text))
+
+
 def _latency(cv: CaseVerdict, base, head, cfg: Config):
     g = cfg.gate
     if not base.samples or not head.samples:
         which = "base" if not base.samples else "head"
-        cv.reasons.append(f"no raw samples in the {which} results (record with asv run --record-samples; "
-                          "`mlagate record` does)")
-        cv.status = ERROR
+        _fail(cv, Kind.NO_SAMPLES, f"no raw samples in the {which} results (record with asv run "
+                                   "--record-samples; `mlagate record` does)", Status.ERROR)
         return
     bad = [which for which, e in (("base", base), ("head", head)) if not _positive(e.samples)]
     if bad:
-        cv.reasons.append(f"{bad[0]} samples are not all finite times > 0")
-        cv.status = ERROR
+        _fail(cv, Kind.BAD_SAMPLES, f"{bad[0]} samples are not all finite times > 0", Status.ERROR)
         return
     if min(len(base.samples), len(head.samples)) < g.min_samples:
-        cv.reasons.append(f"too few samples: base {len(base.samples)}, head {len(head.samples)} "
-                          f"(gate.latency.min_samples = {g.min_samples})")
-        cv.status = ERROR
+        _fail(cv, Kind.TOO_FEW_SAMPLES, f"too few samples: base {len(base.samples)}, head {len(head.samples)} "
+                                        f"(gate.latency.min_samples = {g.min_samples})", Status.ERROR)
         return
     cv.base_median_s, cv.head_median_s = stats.median(base.samples), stats.median(head.samples)
     cv.change = cv.head_median_s / cv.base_median_s - 1
@@ -108,9 +187,9 @@ def _latency(cv: CaseVerdict, base, head, cfg: Config):
     if _past(cv.change, cv.p_value, g.screen, g.alpha):
         cv.flagged = True
         cv.over_threshold = _past(cv.change, cv.p_value, g.threshold, g.alpha)
-        cv.reasons.append(f"latency +{cv.change:.1%} (median {cv.base_median_s * 1e6:.1f} → "
-                          f"{cv.head_median_s * 1e6:.1f} µs, p = {cv.p_value:.1e}; threshold +{g.threshold:.1%} "
-                          f"at p < {g.alpha})")
+        _fail(cv, Kind.LATENCY, f"latency +{cv.change:.1%} (median {cv.base_median_s * 1e6:.1f} → "
+                                f"{cv.head_median_s * 1e6:.1f} µs, p = {cv.p_value:.1e}; threshold "
+                                f"+{g.threshold:.1%} at p < {g.alpha})")
 
 
 def _ratio(cv: CaseVerdict, base_ratio, head_ratio, rule, platform: Platform):
@@ -118,44 +197,42 @@ def _ratio(cv: CaseVerdict, base_ratio, head_ratio, rule, platform: Platform):
     cv.base_vendor_ratio = base_ratio
     vendor, heads = platform.vendor, cv.case[4]
     if heads not in platform.vendor_heads:
-        cv.warnings.append(f"no vendor ratio: {vendor} has no {heads}-head kernel (perf.yml vendor_heads "
-                           f"{list(platform.vendor_heads)}); gated on latency alone")
+        _warn(cv, Kind.NO_VENDOR_KERNEL, f"no vendor ratio: {vendor} has no {heads}-head kernel (perf.yml "
+                                         f"vendor_heads {list(platform.vendor_heads)}); gated on latency alone")
         return
     if head_ratio is None:  # a gated case the vendor rules cannot judge must not pass
-        cv.status = ERROR
-        cv.reasons.append(f"no vendor ratio in the head results: {vendor} was not measured at this point "
-                          f"(skipped, failed, or its dtype is not one {vendor} takes)")
+        _fail(cv, Kind.NO_RATIO, f"no vendor ratio in the head results: {vendor} was not measured at this "
+                                 f"point (skipped, failed, or its dtype is not one {vendor} takes)", Status.ERROR)
         return
     if not _positive([r for r in (base_ratio, head_ratio) if r is not None]):
-        cv.status = ERROR
-        cv.reasons.append(f"vendor ratio not a finite number > 0 (base {base_ratio}, head {head_ratio})")
+        _fail(cv, Kind.BAD_RATIO, f"vendor ratio not a finite number > 0 (base {base_ratio}, head {head_ratio})",
+              Status.ERROR)
         return
     if head_ratio < rule.floor and base_ratio is not None and base_ratio < rule.floor:
         # the gate judges the change: a gap main already has is reported; max_drop still guards it
-        cv.warnings.append(f"vendor ratio {head_ratio:.2f} below the floor {rule.floor:.2f}, as on base "
-                           f"({base_ratio:.2f}): a known gap, not this change")
+        _warn(cv, Kind.KNOWN_GAP, f"vendor ratio {head_ratio:.2f} below the floor {rule.floor:.2f}, as on base "
+                                  f"({base_ratio:.2f}): a known gap, not this change")
     elif head_ratio < rule.floor:
         cv.below_floor = True
-        cv.reasons.append(f"vendor ratio {head_ratio:.2f} below the floor {rule.floor:.2f}")
+        _fail(cv, Kind.BELOW_FLOOR, f"vendor ratio {head_ratio:.2f} below the floor {rule.floor:.2f}")
     if base_ratio is not None and head_ratio < base_ratio * (1 - rule.max_drop):
         cv.flagged = cv.over_threshold = cv.ratio_dropped = True
-        cv.reasons.append(f"vendor ratio dropped {1 - head_ratio / base_ratio:.1%} "
-                          f"({base_ratio:.3f} → {head_ratio:.3f}; max drop {rule.max_drop:.0%})")
+        _fail(cv, Kind.RATIO_DROP, f"vendor ratio dropped {1 - head_ratio / base_ratio:.1%} "
+                                   f"({base_ratio:.3f} → {head_ratio:.3f}; max drop {rule.max_drop:.0%})")
 
 
 def _drift(cv: CaseVerdict, history, cfg: Config):
     """Warn when head is slower than the best recent main-branch median."""
     g = cfg.gate
-    medians = [stats.median(e.samples) for e in (r.entries(BENCH_TIME).get(cv.case) for r in history[-g.drift_lookback:])
-               if e is not None and e.status == "ok" and e.samples]
+    recent = (r.entries(BENCH_TIME).get(cv.case) for r in history[-g.drift_lookback:])
+    medians = [stats.median(e.samples) for e in recent if e is not None and e.status == "ok" and e.samples]
     if len(medians) < 2:
         return
     best = min(medians)
     slower = cv.head_median_s / best - 1
     if slower >= g.drift_max_slowdown:
-        cv.drift = (f"drift: {slower:.1%} slower than the best of the last {len(medians)} main results "
-                    f"({best * 1e6:.1f} µs)")
-        cv.warnings.append(cv.drift)
+        _warn(cv, Kind.DRIFT, f"drift: {slower:.1%} slower than the best of the last {len(medians)} main results "
+                              f"({best * 1e6:.1f} µs)")
 
 
 def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config, rule):
@@ -168,7 +245,7 @@ def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config, rule):
     agrees = _past(change, p, threshold, cfg.gate.alpha)
     cv.confirmation = {"change": change, "p_value": p, "agrees": agrees, "samples": (len(base_s), len(head_s))}
     if not agrees:
-        cv.warnings.append(f"not confirmed: interleaved re-measure shows {change:+.1%} (p = {p:.2g})")
+        _warn(cv, Kind.NOT_CONFIRMED, f"not confirmed: interleaved re-measure shows {change:+.1%} (p = {p:.2g})")
     return agrees
 
 
@@ -186,62 +263,61 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
     base_t, head_t = base.entries(BENCH_TIME), head.entries(BENCH_TIME)
     history = list(history)
     keys = sorted({k for k in (*base_t, *head_t) if k[0] in g.gated}, key=str)
-    verdict = Verdict(PASS, [], base=base.commit, head=head.commit, platform=platform)
+    verdict = Verdict(Outcome.PASS, [], base=base.commit, head=head.commit, platform=platform)
     if not keys:
-        verdict.errors.append(f"no gated cases ({', '.join(g.gated)}) in either result")
+        verdict.errors.append(Note(Kind.NO_GATED_CASES, f"no gated cases ({', '.join(g.gated)}) in either result"))
 
     for key in keys:
-        cv = CaseVerdict(key, PASS)
+        cv = CaseVerdict(key, Status.PASS)
         b, h = base_t.get(key), head_t.get(key)
         if h is None:
-            cv.status = "removed"
-            cv.warnings.append("in base, not in head (grid changed?)")
+            cv.status = Status.REMOVED
+            _warn(cv, Kind.REMOVED, "in base, not in head (grid changed?)")
         elif h.status == "failed":
-            cv.status = ERROR
-            cv.reasons.append("benchmark failed in head (see the asv log sidecar)")
+            _fail(cv, Kind.FAILED_IN_HEAD, "benchmark failed in head (see the asv log sidecar)", Status.ERROR)
         elif b is None or b.status != "ok":
-            cv.status = "no_baseline" if h.status == "ok" else "skipped"
-            cv.warnings.append("new case: no base result" if b is None else f"base result is {b.status}")
+            cv.status = Status.NO_BASELINE if h.status == "ok" else Status.SKIPPED
+            _warn(cv, Kind.NO_BASE, "new case: no base result" if b is None else f"base result is {b.status}")
         elif h.status == "skipped":
-            cv.status = ERROR
-            cv.reasons.append("measured in base but skipped in head")
+            _fail(cv, Kind.SKIPPED_IN_HEAD, "measured in base but skipped in head", Status.ERROR)
         else:
             _latency(cv, b, h, cfg)
-            if cv.status != ERROR:
+            if cv.status != Status.ERROR:
                 _drift(cv, history, cfg)
-        if key[0] == tilelang and cv.status in (PASS, "no_baseline"):
+        if key[0] == tilelang and cv.status in (Status.PASS, Status.NO_BASELINE):
             _ratio(cv, ok_value(base.entries(BENCH_RATIO).get(key)), ok_value(head.entries(BENCH_RATIO).get(key)),
                    rule, cfg.platform(platform))
-        if cv.flagged and cv.status == PASS:
+        if cv.flagged and cv.status == Status.PASS:
             confirmation = (confirmations or {}).get(key)
             if confirmation is not None and not all(s and _positive(s) for s in confirmation):
-                cv.status = ERROR
-                cv.reasons.append("the interleaved re-measure gave no samples or samples that are not finite times > 0")
+                _fail(cv, Kind.BAD_REMEASURE, "the interleaved re-measure gave no samples or samples that are "
+                                              "not finite times > 0", Status.ERROR)
             elif confirmation is not None:
-                cv.status = REGRESSION if _apply_confirmation(cv, confirmation, cfg, rule) else PASS
+                agrees = _apply_confirmation(cv, confirmation, cfg, rule)
+                cv.status = Status.REGRESSION if agrees else Status.PASS
             elif cv.over_threshold:
-                cv.status = REGRESSION
+                cv.status = Status.REGRESSION
                 if confirmations is not None:
-                    cv.warnings.append("no interleaved re-measure for this case")
+                    _warn(cv, Kind.NO_REMEASURE, "no interleaved re-measure for this case")
             else:
-                cv.warnings.append(f"{cv.change:+.1%}: past the {g.screen:.2%} screen, under the "
-                                   f"{g.threshold:.1%} threshold; not re-measured")
+                _warn(cv, Kind.UNDER_THRESHOLD, f"{cv.change:+.1%}: past the {g.screen:.2%} screen, under the "
+                                                f"{g.threshold:.1%} threshold; not re-measured")
                 cv.reasons.clear()
-        if cv.below_floor and cv.status in (PASS, "no_baseline"):
-            cv.status = REGRESSION
+        if cv.below_floor and cv.status in (Status.PASS, Status.NO_BASELINE):
+            cv.status = Status.REGRESSION
         verdict.cases.append(cv)
 
     statuses = {c.status for c in verdict.cases}
-    if verdict.errors or ERROR in statuses:
-        verdict.outcome = ERROR
-    elif REGRESSION in statuses:
-        verdict.outcome = REGRESSION
+    if verdict.errors or Status.ERROR in statuses:
+        verdict.outcome = Outcome.ERROR
+    elif Status.REGRESSION in statuses:
+        verdict.outcome = Outcome.REGRESSION
     return verdict
 
 
 def add_build_findings(verdict: Verdict, findings) -> Verdict:
-    """Compiler-resource findings (resources.evaluate_build): a failing one turns a pass into a regression."""
+    """Compiler-resource findings (build_rules.evaluate_build): a failing one turns a pass into a regression."""
     verdict.build_findings += list(findings)
-    if verdict.outcome == PASS and any(f.failed for f in findings):
-        verdict.outcome = REGRESSION
+    if verdict.outcome == Outcome.PASS and any(f.failed for f in findings):
+        verdict.outcome = Outcome.REGRESSION
     return verdict

@@ -6,10 +6,10 @@ import math
 import os
 
 from mlagate import config as config_mod
-from mlagate.case import Case, case_label
+from mlagate.case import Case, Status
 from mlagate.measure.timer import EventClock
 from mlagate.measure.environment import device, platform
-from mlagate.store.results import PARAM_NAMES
+from mlagate.store.results_file import PARAM_NAMES
 
 CONFIG = config_mod.load(os.environ.get("MLAGATE_CONFIG"))
 _timing = CONFIG.timing
@@ -75,31 +75,29 @@ def prepared(impl, batch, seqlen, dtype, heads):
         raise NotImplementedError(str(e)) from None
 
 
-
-
 def measure_grid() -> dict:
-    """Every case of this run in one worker process, with vendor ratios."""
+    """Every case of this run in one worker process, with vendor ratios: {Case: CaseResult}."""
     import torch
 
-    from mlagate.measure import grid as bench
+    from mlagate.measure import grid
 
     if not torch.cuda.is_available():
         return {}
-    rows = bench.add_metrics(bench.run_cases(cases(), CONFIG.timing), vendor=CONFIG.platform(platform()).vendor)
-    return {tuple(r[n] for n in PARAM_NAMES): r for r in rows}
+    results = grid.add_metrics(grid.run_cases(cases(), CONFIG.timing), vendor=CONFIG.platform(platform()).vendor)
+    return {r.case: r for r in results}
 
 
-def require_measured(grid, *key):
-    row = grid.get(key)
-    if row is None:
+def require_measured(measured, *key):
+    result = measured.get(Case(*key))
+    if result is None:
         raise NotImplementedError("not measured (no GPU, or not in this run's grid)")
-    if row["status"] == "skipped":
-        raise NotImplementedError(row["reason"])
-    if row["status"] == "failed":
-        raise RuntimeError(f"{case_label(key)} failed: {row['reason']}")
+    if result.status == Status.SKIPPED:
+        raise NotImplementedError(result.reason)
+    if result.status == Status.FAILED:
+        raise RuntimeError(f"{result.case.label()} failed: {result.reason}")
 
 
-def metric(grid, name, *key) -> float:
+def metric(measured, name, *key) -> float:
     """The metric, or NaN where it does not exist (no vendor in this run): never 0."""
-    value = grid[key].get(name)
+    value = getattr(measured[Case(*key)], name)
     return math.nan if value is None else value

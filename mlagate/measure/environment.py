@@ -1,4 +1,5 @@
-"""What a measurement ran on: the GPU this process uses, its platform, clocks and versions."""
+"""What a measurement ran on: the GPU this process uses, its platform, clocks and versions;
+and how the report reads such a record back."""
 
 import os
 import platform as _platform
@@ -77,3 +78,40 @@ def environment(device=None) -> dict:
                    driver=_query(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
                    clocks=clocks())
     return env
+
+
+# -- reading a run's record {"start": environment(), "end": environment()} back ---------
+
+def _clocks_text(c) -> str:
+    return (f"SM {c.get('sm_mhz', '?')} MHz, memory {c.get('mem_mhz', '?')} MHz, {c.get('temp_c', '?')} °C, "
+            f"{c.get('power_w', '?')} W")
+
+
+def _toolkit(s) -> str | None:
+    return (s.get("cuda") and f"CUDA {s['cuda']}") or (s.get("hip") and f"HIP {s['hip']}")
+
+
+FIELDS = (  # label, how to read it from the start and end records; None or "": not recorded
+    ("GPU", lambda s, e: s.get("gpu")),
+    ("arch, SMs", lambda s, e: s.get("arch") and f"{s['arch']}, {s.get('sm_count', '?')} SMs"),
+    ("memory, L2", lambda s, e: s.get("memory_bytes") and f"{s['memory_bytes'] / 2**30:.0f} GiB, "
+                                                          f"{(s.get('l2_bytes') or 0) / 2**20:.0f} MiB L2"),
+    ("driver", lambda s, e: s.get("driver")),
+    ("CUDA / HIP", lambda s, e: _toolkit(s)),
+    ("torch", lambda s, e: s.get("torch")),
+    ("triton", lambda s, e: s.get("triton")),
+    ("tilelang", lambda s, e: s.get("tilelang")),
+    ("python", lambda s, e: s.get("python")),
+    ("host", lambda s, e: s.get("host")),
+    ("started / ended", lambda s, e: s.get("time") and f"{s['time']} / {e.get('time', 'not recorded')}"),
+    ("clocks at start", lambda s, e: s.get("clocks") and _clocks_text(s["clocks"])),
+    ("clocks at end", lambda s, e: e.get("clocks") and _clocks_text(e["clocks"])),
+)
+
+
+def headline(run) -> list:
+    """GPU, arch, driver and versions of a run record (None: not recorded), the ones recorded."""
+    s = (run or {}).get("start") or {}
+    parts = [s.get("gpu"), s.get("arch"), s.get("driver") and f"driver {s['driver']}", _toolkit(s),
+             *(s.get(lib) and f"{lib} {s[lib]}" for lib in ("torch", "triton", "tilelang"))]
+    return [p for p in parts if p]

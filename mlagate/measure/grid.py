@@ -13,13 +13,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
-from mlagate.measure import metrics
-
-from mlagate.decide import stats
-from mlagate.case import Case
+from mlagate.case import Case, CaseResult, Status
 from mlagate.config import ROOT, Timing
+from mlagate.decide import stats
+from mlagate.measure import metrics
 
 MARK = "@@mlagate "  # prefixes the worker's protocol lines; libraries may print too
 CUDA_FAULT_EXIT = 3
@@ -31,10 +30,8 @@ def estimated_cost(case: Case) -> float:
     return case.batch * case.seqlen * (case.heads / 128) * slow + 5e5  # + fixed setup cost per case
 
 
-def point(case) -> tuple:
-    """A grid point: what every implementation of one problem shares (a Case or an outcome row)."""
-    if isinstance(case, dict):
-        return case["batch"], case["seqlen"], case["dtype"], case["heads"]
+def point(case: Case) -> tuple:
+    """A grid point: what every implementation of one problem shares."""
     return case.batch, case.seqlen, case.dtype, case.heads
 
 
@@ -52,11 +49,6 @@ def shard(cases, n_gpus: int) -> list:
         shards[gpu] += groups[p]
         loads[gpu] += cost[p]
     return [sorted(s) for s in shards]
-
-
-def _failed(case: Case, reason: str) -> dict:
-    return {"impl": case.impl, "batch": case.batch, "seqlen": case.seqlen, "dtype": case.dtype, "heads": case.heads,
-            "status": "failed", "reason": reason, "samples": None, "error": {}}
 
 
 def worker_visible_env(parent_env: dict, index: int) -> dict:
@@ -107,13 +99,15 @@ def parse_gpus(text):
 def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
     """Feed ``indices`` of ``cases`` to worker processes pinned to ``gpu`` until all are done."""
 
+    def deliver(i, result):
+        with lock:
+            results[i] = result
+        if on_result:
+            on_result(result)
+
     def fail(failed, reason):
         for i in failed:
-            outcome = {**_failed(cases[i], reason), "gpu": gpu}
-            with lock:
-                results[i] = outcome
-            if on_result:
-                on_result(outcome)
+            deliver(i, CaseResult(cases[i], Status.FAILED, reason, gpu=gpu))
 
     env = dict(os.environ)
     if gpu is not None:
@@ -128,8 +122,8 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
         with tempfile.TemporaryFile("w+") as stderr:
             # cwd = the folder holding this mlagate, so `-m` imports this same code (asv runs
             # a commit's benchmarks from a worktree; the cwd's checkout may be another commit).
-            proc = subprocess.Popen([python, "-m", "mlagate.measure.grid"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=stderr, text=True, env=env, cwd=ROOT)
+            proc = subprocess.Popen([python, "-m", "mlagate.measure.grid"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=ROOT)
             try:
                 proc.stdin.write(json.dumps(job))
                 proc.stdin.close()
@@ -148,11 +142,7 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
                 if msg["event"] == "start":
                     current = msg["index"]
                 else:
-                    msg["outcome"]["gpu"] = gpu
-                    with lock:
-                        results[msg["index"]] = msg["outcome"]
-                    if on_result:
-                        on_result(msg["outcome"])
+                    deliver(msg["index"], replace(CaseResult.from_dict(msg["result"]), gpu=gpu))
                     current = None
             code = proc.wait()
             stderr.seek(0)
@@ -166,7 +156,7 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
 
 
 def run_cases(cases, timing: Timing, *, gpus=None, on_result=None, python=sys.executable) -> list:
-    """Measure every case; returns one outcome dict per case, in order."""
+    """Measure every case; returns one CaseResult per case, in order."""
     results, lock = {}, threading.Lock()
     if not gpus:
         _run_worker(cases, range(len(cases)), timing, None, results, on_result, lock, python)
@@ -181,28 +171,27 @@ def run_cases(cases, timing: Timing, *, gpus=None, on_result=None, python=sys.ex
     return [results[i] for i in range(len(cases))]
 
 
-def add_metrics(rows, *, peaks=None, vendor: str | None = None) -> list:
+def add_metrics(results, *, peaks=None, vendor: str | None = None) -> list:
     """Latency stats, TFLOPs, GB/s, share of roofline and ratio to the vendor."""
     out = []
-    for row in rows:
-        row = dict(row)
-        samples = (row.get("samples") or {}).get("times_ms")
-        if row["status"] == "ok" and samples:
-            s = stats.summary(samples)
-            work = metrics.flops(row["batch"], row["heads"], row["seqlen"])
-            traffic = metrics.bytes_moved(row["batch"], row["heads"], row["seqlen"], row["dtype"])
-            row.update(median_ms=s["median"], iqr_ms=s["iqr"], ci99_ms=[s["ci_low"], s["ci_high"]],
-                       outliers=s["outliers"], n=s["n"], tflops=metrics.tflops(work, s["median"]),
-                       gbps=metrics.gbps(traffic, s["median"]))
-            if peaks:
-                row["roofline"] = metrics.roofline_fraction(work, traffic, s["median"], peaks.tflops, peaks.tbps)
-        out.append(row)
+    for r in results:
+        times = r.samples.times_ms if r.samples else ()
+        if r.status == Status.OK and times:
+            s, c = stats.summary(times), r.case
+            work = metrics.flops(c.batch, c.heads, c.seqlen)
+            traffic = metrics.bytes_moved(c.batch, c.heads, c.seqlen, c.dtype)
+            r = replace(r, median_ms=s["median"], iqr_ms=s["iqr"], ci99_ms=(s["ci_low"], s["ci_high"]),
+                        outliers=s["outliers"], n=s["n"], tflops=metrics.tflops(work, s["median"]),
+                        gbps=metrics.gbps(traffic, s["median"]),
+                        roofline=metrics.roofline_fraction(work, traffic, s["median"], peaks.tflops, peaks.tbps)
+                        if peaks else None)
+        out.append(r)
     if vendor:  # same point, same dtype, same GPU
-        best = {(point(r), r.get("gpu")): r.get("tflops") for r in out if r["impl"] == vendor}
-        for r in out:
-            v = best.get((point(r), r.get("gpu")))
-            if r.get("tflops") and v:
-                r["vendor_ratio"] = r["tflops"] / v
+        best = {(point(r.case), r.gpu): r.tflops for r in out if r.case.impl == vendor}
+        for i, r in enumerate(out):
+            v = best.get((point(r.case), r.gpu))
+            if r.tflops and v:
+                out[i] = replace(r, vendor_ratio=r.tflops / v)
     return out
 
 
@@ -210,14 +199,22 @@ CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "heads", "status", "median_ms"
               "roofline", "vendor_ratio", "gpu", "reason")
 
 
-def write_outputs(path, rows, environment: dict):
+def write_outputs(path, results, environment: dict):
     """JSON (everything, raw samples included) at path, and a CSV beside it."""
+    rows = [r.to_dict() for r in results]
     with open(path, "w") as f:
         json.dump({"environment": environment, "results": rows}, f, indent=1)
     with open(os.path.splitext(path)[0] + ".csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
+
+
+def read_outputs(path) -> tuple:
+    """(results, environment) of a file write_outputs wrote."""
+    with open(path) as f:
+        data = json.load(f)
+    return [CaseResult.from_dict(r) for r in data["results"]], data.get("environment") or {}
 
 
 def _worker():
@@ -239,11 +236,11 @@ def _worker():
                 inputs = None  # free the last problem's tensors first
                 torch.cuda.empty_cache()
                 inputs = Inputs(case, device)
-            outcome = measure_case(case, timing, inputs, device).to_dict()
+            result = measure_case(case, timing, inputs, device)
         except Exception as e:  # reported per case; the grid goes on
-            outcome = _failed(case, f"{type(e).__name__}: {e}"[:2000])
-        print(MARK + json.dumps({"event": "done", "index": index, "outcome": outcome}), flush=True)
-        if outcome["status"] == "failed":
+            result = CaseResult(case, Status.FAILED, f"{type(e).__name__}: {e}"[:2000])
+        print(MARK + json.dumps({"event": "done", "index": index, "result": result.to_dict()}), flush=True)
+        if result.status == Status.FAILED:
             try:
                 torch.cuda.synchronize()
             except Exception:  # the context is lost (e.g. illegal address): let a fresh worker go on

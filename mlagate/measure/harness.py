@@ -5,12 +5,10 @@ run here is skipped with the reason. Used by the grid runner's worker, the asv
 benchmarks and the gate's confirmation alike, so all time the same way.
 """
 
-from dataclasses import dataclass, field
-
 import torch
 
 from mlagate.measure import impls
-from mlagate.case import Case
+from mlagate.case import Case, CaseResult, Status
 from mlagate.config import Timing
 from mlagate.kernels import mla_decode
 from mlagate.measure.timer import time_gpu
@@ -21,20 +19,6 @@ SEED = 0
 
 class WrongResult(Exception):
     """The implementation's output does not match the reference."""
-
-
-@dataclass
-class Outcome:
-    case: Case
-    status: str  # "ok" | "failed" | "skipped"
-    reason: str | None = None
-    samples: dict | None = None  # measure.Samples.to_dict()
-    error: dict = field(default_factory=dict)  # max abs/rel error against the reference
-
-    def to_dict(self) -> dict:
-        return {"impl": self.case.impl, "batch": self.case.batch, "seqlen": self.case.seqlen,
-                "dtype": self.case.dtype, "heads": self.case.heads, "status": self.status, "reason": self.reason,
-                "samples": self.samples, "error": self.error}
 
 
 def shape_of(case: Case) -> mla_decode.Shape:
@@ -52,16 +36,18 @@ class Inputs:
 
 
 def check_output(out, expected) -> dict:
-    """Raise WrongResult unless out matches expected at rtol = atol = 0.01."""
+    """Max abs/rel error; raises WrongResult unless out matches expected at rtol = atol = 0.01."""
     out = out.reshape(expected.shape).float()
     if not bool(torch.isfinite(out).all()):
         raise WrongResult(f"output has {int((~torch.isfinite(out)).sum())} NaN/Inf elements")
     diff = (out - expected).abs()
     err = {"max_abs": float(diff.max()), "max_rel": float((diff / expected.abs().clamp_min(1e-6)).max())}
-    bad = diff > ATOL + RTOL * expected.abs()
-    if bool(bad.any()):
-        raise WrongResult(f"{int(bad.sum())} of {bad.numel()} elements off by more than atol={ATOL} + "
-                          f"rtol={RTOL}·|ref| (max abs error {err['max_abs']:.3g})")
+    try:
+        torch.testing.assert_close(out, expected, rtol=RTOL, atol=ATOL)
+    except AssertionError:
+        bad = int((~torch.isclose(out, expected, rtol=RTOL, atol=ATOL)).sum())  # assert_close's own test
+        raise WrongResult(f"{bad} of {out.numel()} elements off by more than atol={ATOL} + "
+                          f"rtol={RTOL}·|ref| (max abs error {err['max_abs']:.3g})") from None
     return err
 
 
@@ -74,14 +60,14 @@ def checked_launch(impl: str, inputs: Inputs, device) -> tuple:
     return launch, check_output(out, inputs.expected)
 
 
-def measure_case(case: Case, timing: Timing, inputs: Inputs, device) -> Outcome:
+def measure_case(case: Case, timing: Timing, inputs: Inputs, device) -> CaseResult:
     try:
         launch, error = checked_launch(case.impl, inputs, device)
     except impls.Unavailable as e:
-        return Outcome(case, "skipped", str(e))
+        return CaseResult(case, Status.SKIPPED, str(e))
     except WrongResult as e:
-        return Outcome(case, "failed", f"wrong result: {e}")
+        return CaseResult(case, Status.FAILED, f"wrong result: {e}")
     samples = time_gpu(launch, warmup_ms=timing.warmup_ms, rep_ms=timing.rep_ms, min_samples=timing.min_samples,
                        max_samples=timing.max_samples, cold_l2=timing.cold_l2, cuda_graph=timing.cuda_graph,
                        device=device)
-    return Outcome(case, "ok", samples=samples.to_dict(), error=error)
+    return CaseResult(case, Status.OK, samples=samples, error=error)

@@ -4,26 +4,8 @@ Shaped like ``triton.testing.do_bench`` and FlashInfer's ``bench_gpu_time``:
 budgets in milliseconds, raw samples returned, summarising left to the caller.
 """
 
-from dataclasses import asdict, dataclass
-
 from mlagate import hardware
-
-
-@dataclass(frozen=True)
-class Samples:
-    """Per-call kernel times in ms, and how they were taken."""
-
-    times_ms: tuple
-    backend: str  # "cuda-event" or "cuda-graph" (HIP events on ROCm)
-    flush_bytes: int  # buffer written before every sample; 0 = warm cache
-    warmup_calls: int
-    device: str
-    dropped: int = 0  # calls not timed: the GPU had reached the start event before the host queued them
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["times_ms"] = list(self.times_ms)
-        return d
+from mlagate.case import Samples
 
 
 def last_level_cache_bytes(device) -> int:

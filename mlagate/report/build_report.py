@@ -1,5 +1,11 @@
 """`mlagate build`'s report: one line per kernel for the terminal, a Markdown table per target."""
 
+from mlagate.decide.build_rules import Severity
+
+# How a severity shows: a finding's line and its kernel's status column.
+_LABEL = {Severity.FAIL: "FAIL", Severity.WARN: "warn"}
+_ICON = {Severity.FAIL: "❌", Severity.WARN: "⚠️"}
+
 
 def _fmt(value, spec):
     return "—" if value is None else format(value, spec)
@@ -7,11 +13,11 @@ def _fmt(value, spec):
 
 def _kernel_status(findings) -> dict:
     """kernel -> 'FAIL' | 'warn' (the worst of its findings)."""
-    out = {}
+    worst = {}
     for f in findings:
-        if f.kernel and out.get(f.kernel) != "FAIL":
-            out[f.kernel] = "FAIL" if f.failed else "warn"
-    return out
+        if f.kernel and worst.get(f.kernel) != Severity.FAIL:
+            worst[f.kernel] = f.status
+    return {kernel: _LABEL[status] for kernel, status in worst.items()}
 
 
 def _blocks(r) -> str:
@@ -58,7 +64,7 @@ def build_lines(rep, findings) -> list:
             lines.append(f"{head}  error: {r['error']}")
         else:
             lines.append(head + "  " + "  ".join(f"{n} {c}" for n, c in zip(names, _build_cells(r, cuda))))
-    lines += [f"{'FAIL' if f.failed else 'warn'}: [{f.rule}] {f.message}" for f in findings]
+    lines += [f"{_LABEL[f.status]}: [{f.rule}] {f.message}" for f in findings]
     return lines
 
 
@@ -77,5 +83,5 @@ def build_markdown(rep, findings) -> str:
         cells = [f"error: {r['error']}"] + [""] * (len(cols) - 1) if r.get("error") else _build_cells(r, cuda)
         lines.append(f"| {r['kernel']} | " + " | ".join(cells) + f" | {status.get(r['kernel'], 'ok')} |")
     if findings:
-        lines += ["", *[f"- {'❌' if f.failed else '⚠️'} [{f.rule}] {f.message}" for f in findings]]
+        lines += ["", *[f"- {_ICON[f.status]} [{f.rule}] {f.message}" for f in findings]]
     return "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@
 import itertools
 import math
 
+from mlagate.case import Case
 from mlagate.measure import metrics
 
 
@@ -25,8 +26,9 @@ def roofline(cfg, arch: str | None, batch: int, seqlen: int, dtype: str, heads: 
     return min(peak.tflops, intensity * peak.tbps)
 
 
-def impl_order(cfg, rows):
-    present = {r["impl"] for r in rows}
+def impl_order(cfg, impls):
+    """The implementations present, in perf.yml's order, then any others by name."""
+    present = set(impls)
     return [i for i in cfg.implementations if i in present] + sorted(present - set(cfg.implementations))
 
 
@@ -34,21 +36,22 @@ def _colors(cfg):
     return {impl: f"C{i}" for i, impl in enumerate(cfg.implementations)}
 
 
-def tflops_png(path, cfg, rows, arch) -> None:
+def tflops_png(path, cfg, results, arch) -> None:
     """One panel per (batch, dtype) in a row per head count: TFLOPs vs seqlen per implementation."""
     plt = pyplot()
-    heads = sorted({r["heads"] for r in rows})
-    columns = sorted({(r["batch"], r["dtype"]) for r in rows})
+    cases = [r.case for r in results]
+    heads = sorted({c.heads for c in cases})
+    columns = sorted({(c.batch, c.dtype) for c in cases})
     fig, axes = plt.subplots(len(heads), len(columns), figsize=(5.4 * len(columns) + 2.2, 3.8 * len(heads)),
                              squeeze=False, layout="constrained")
     peak = cfg.peaks(arch)
     for ax, (h, (batch, dtype)) in zip(axes.flat, itertools.product(heads, columns)):
-        panel = [r for r in rows if (r["heads"], r["batch"], r["dtype"]) == (h, batch, dtype)]
-        for impl in impl_order(cfg, rows):
-            pts = sorted((r["seqlen"], r["tflops"]) for r in panel if r["impl"] == impl and r["tflops"] is not None)
+        panel = [r for r in results if (r.case.heads, r.case.batch, r.case.dtype) == (h, batch, dtype)]
+        for impl in impl_order(cfg, [c.impl for c in cases]):
+            pts = sorted((r.case.seqlen, r.tflops) for r in panel if r.case.impl == impl and r.tflops is not None)
             if pts:
                 ax.plot(*zip(*pts), marker="o", color=_colors(cfg).get(impl), label=impl)
-        seqlens = sorted({r["seqlen"] for r in panel}) or [1]
+        seqlens = sorted({r.case.seqlen for r in panel}) or [1]
         if peak:
             ax.plot(seqlens, [roofline(cfg, arch, batch, s, dtype, h) for s in seqlens], "k--", marker="_", ms=14,
                     label=f"roofline: min({peak.tflops:g} TFLOPs, intensity × {peak.tbps:g} TB/s)")
@@ -63,11 +66,11 @@ def tflops_png(path, cfg, rows, arch) -> None:
     plt.close(fig)
 
 
-def ratio_png(path, cfg, rows, platform) -> None:
+def ratio_png(path, cfg, results, platform) -> None:
     plt = pyplot()
     impl, vendor, floor = cfg.platform(platform).tilelang, cfg.platform(platform).vendor, cfg.gate.ratio[platform].floor
-    cases = sorted((r["heads"], r["batch"], r["seqlen"], r["dtype"], r["ratio"]) for r in rows
-                   if r["impl"] == impl and r["ratio"] is not None)
+    cases = sorted((r.case.heads, r.case.batch, r.case.seqlen, r.case.dtype, r.vendor_ratio) for r in results
+                   if r.case.impl == impl and r.vendor_ratio is not None)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(cases) + 4.0), 3.4), layout="constrained")
     x = range(len(cases))
     values = [c[-1] for c in cases]
@@ -86,17 +89,17 @@ def ratio_png(path, cfg, rows, platform) -> None:
 
 
 def trend_png(path, cfg, commits, series) -> None:
-    """series: {case: [latency s or None per commit]}; one panel per (batch, seqlen, dtype, heads)."""
+    """series: {Case: [latency s or None per commit]}; one panel per (batch, seqlen, dtype, heads)."""
     plt = pyplot()
-    panels = sorted({c[1:] for c in series})
+    panels = sorted({c.key[1:] for c in series})
     ncols = min(len(panels), 5)
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 1.8, 2.7 * nrows), squeeze=False,
                              layout="constrained")
     labels = [c.commit[:8] for c in commits]
     for ax, (batch, seqlen, dtype, heads) in zip(axes.flat, panels):
-        for impl in impl_order(cfg, [{"impl": c[0]} for c in series]):
-            values = series.get((impl, batch, seqlen, dtype, heads))
+        for impl in impl_order(cfg, [c.impl for c in series]):
+            values = series.get(Case(impl, batch, seqlen, dtype, heads))
             if values:
                 ax.plot(range(len(labels)), [v * 1e6 if v is not None else math.nan for v in values], marker="o",
                         ms=4, color=_colors(cfg).get(impl), label=impl)

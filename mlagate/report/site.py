@@ -19,12 +19,13 @@ from pathlib import Path
 from urllib.parse import quote
 
 from mlagate import gitops
-
-
-from mlagate.store import record as recorder
+from mlagate.case import Case, CaseResult, Status
+from mlagate.measure import environment
 from mlagate.report.plots import impl_order, ratio_png, tflops_png, trend_png
-from mlagate.store.results import (BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, LEGACY_HEADS, PARAM_NAMES, Store, StoreError,
-                           ok_value)
+from mlagate.store import record as recorder
+from mlagate.store.errors import StoreError
+from mlagate.store.results import Store
+from mlagate.store.results_file import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, PARAM_NAMES, ok_value
 
 PORT = 8080  # documented in docs/report.md: `python -m http.server 8080 --directory OUT`
 
@@ -94,9 +95,9 @@ def localize_assets(html_dir: Path) -> bool:
     return True
 
 
-def asv_url(bench: str, machine: str, case: tuple = ()) -> str:
+def asv_url(bench: str, machine: str, case: Case | None = None) -> str:
     """asv's graph of one benchmark, narrowed to one case (asv's hash: p-<param>=<repr of the value>)."""
-    params = [("machine", machine)] + [(f"p-{n}", repr(v)) for n, v in zip(PARAM_NAMES, case)]
+    params = [("machine", machine)] + [(f"p-{n}", repr(v)) for n, v in zip(PARAM_NAMES, case.key if case else ())]
     return f"asv/index.html#{bench}?" + "&".join(f"{quote(k, safe=URI_SAFE)}={quote(v, safe=URI_SAFE)}"
                                                   for k, v in params)
 
@@ -104,35 +105,33 @@ def asv_url(bench: str, machine: str, case: tuple = ()) -> str:
 # -- what is shown -----------------------------------------------------------------
 
 def commit_rows(results) -> list:
-    """One row per case of a commit: latency (s), TFLOPs and vendor ratio, or its status."""
+    """A CaseResult per case of a commit's asv results: median latency, TFLOPs and vendor ratio, or its status."""
     time, tflops, ratio = (results.entries(b) for b in (BENCH_TIME, BENCH_TFLOPS, BENCH_RATIO))
     rows = []
     for key in set(time) | set(tflops):
         statuses = [e.status for e in (time.get(key), tflops.get(key)) if e is not None]
-        rows.append({**dict(zip(PARAM_NAMES, key)), "status": "ok" if "ok" in statuses else statuses[0],
-                     "reason": None, "latency_s": ok_value(time.get(key)), "tflops": ok_value(tflops.get(key)),
-                     "ratio": ok_value(ratio.get(key))})
+        latency_s = ok_value(time.get(key))
+        rows.append(CaseResult(Case(*key), Status("ok" if "ok" in statuses else statuses[0]),
+                               median_ms=None if latency_s is None else latency_s * 1e3,
+                               tflops=ok_value(tflops.get(key)), vendor_ratio=ok_value(ratio.get(key))))
     return rows
 
 
 def bench_rows(path) -> tuple:
-    """(rows, environment) of an `mlagate bench --out` file."""
+    """(CaseResults, environment) of an `mlagate bench --out` file."""
+    from mlagate.measure.grid import read_outputs
+
     try:
-        data = json.loads(Path(path).read_text())
-        rows = [{"impl": r["impl"], "batch": r["batch"], "seqlen": r["seqlen"], "dtype": r["dtype"],
-                 "heads": r.get("heads", LEGACY_HEADS), "status": r["status"], "reason": r.get("reason"), "tflops": r.get("tflops"),
-                 "latency_s": r["median_ms"] * 1e-3 if r.get("median_ms") is not None else None,
-                 "ratio": r.get("vendor_ratio")} for r in data["results"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        return read_outputs(path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"--bench-json {path}: not an `mlagate bench --out` file ({type(e).__name__}: {e})") from None
-    return rows, data.get("environment") or {}
 
 
 def platform_of(cfg, env: dict, rows) -> str | None:
     """The run's platform; without a record of it, the one whose vendor kernel ran."""
     if env.get("platform") in cfg.platforms:
         return env["platform"]
-    ran = {r["impl"] for r in rows if r["status"] == "ok"}
+    ran = {r.case.impl for r in rows if r.status == Status.OK}
     return next((name for name, p in cfg.platforms.items() if p.vendor in ran), None)
 
 
@@ -148,33 +147,10 @@ def _table(header, body, cls="") -> str:
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
-def _clocks(c) -> str:
-    return (f"SM {c.get('sm_mhz', '?')} MHz, memory {c.get('mem_mhz', '?')} MHz, {c.get('temp_c', '?')} °C, "
-            f"{c.get('power_w', '?')} W")
-
-
-ENV_FIELDS = (  # label, how to read it from an env record {"start": ..., "end": ...}
-    ("GPU", lambda s, e: s.get("gpu")),
-    ("arch, SMs", lambda s, e: s.get("arch") and f"{s['arch']}, {s.get('sm_count', '?')} SMs"),
-    ("memory, L2", lambda s, e: s.get("memory_bytes") and f"{s['memory_bytes'] / 2**30:.0f} GiB, "
-                                                          f"{(s.get('l2_bytes') or 0) / 2**20:.0f} MiB L2"),
-    ("driver", lambda s, e: s.get("driver")),
-    ("CUDA / HIP", lambda s, e: (s.get("cuda") and f"CUDA {s['cuda']}") or (s.get("hip") and f"HIP {s['hip']}")),
-    ("torch", lambda s, e: s.get("torch")),
-    ("triton", lambda s, e: s.get("triton")),
-    ("tilelang", lambda s, e: s.get("tilelang")),
-    ("python", lambda s, e: s.get("python")),
-    ("host", lambda s, e: s.get("host")),
-    ("started / ended", lambda s, e: s.get("time") and f"{s['time']} / {e.get('time', 'not recorded')}"),
-    ("clocks at start", lambda s, e: s.get("clocks") and _clocks(s["clocks"])),
-    ("clocks at end", lambda s, e: e.get("clocks") and _clocks(e["clocks"])),
-)
-
-
 def env_table(runs) -> str:
     """runs: [(title, env record or None)]; a missing record or field reads 'not recorded'."""
     body = []
-    for label, read in ENV_FIELDS:
+    for label, read in environment.FIELDS:
         cells = []
         for _, env in runs:
             value = read((env or {}).get("start") or {}, (env or {}).get("end") or {})
@@ -185,19 +161,16 @@ def env_table(runs) -> str:
 
 def run_line(env) -> str:
     """GPU, driver and library versions of a run, on one line."""
-    s = (env or {}).get("start") or {}
-    parts = [s.get("gpu"), s.get("arch"), s.get("driver") and f"driver {s['driver']}",
-             (s.get("cuda") and f"CUDA {s['cuda']}") or (s.get("hip") and f"HIP {s['hip']}"),
-             *(s.get(lib) and f"{lib} {s[lib]}" for lib in ("torch", "triton", "tilelang"))]
-    return " · ".join(_e(p) for p in parts if p) or '<span class="na">hardware and versions not recorded</span>'
+    parts = environment.headline(env)
+    return " · ".join(map(_e, parts)) or '<span class="na">hardware and versions not recorded</span>'
 
 
 def _cell(row, link) -> str:
     if row is None:
         return ""
-    if row["status"] != "ok" or row["tflops"] is None:
-        return f'<span class="na" title="{_e(row.get("reason") or "")}">{_e(row["status"])}</span>'
-    text = f"{row['tflops']:.0f}" + (f' <small>{row["ratio"]:.2f}×</small>' if row["ratio"] is not None else "")
+    if row.status != Status.OK or row.tflops is None:
+        return f'<span class="na" title="{_e(row.reason or "")}">{_e(row.status)}</span>'
+    text = f"{row.tflops:.0f}" + (f" <small>{row.vendor_ratio:.2f}×</small>" if row.vendor_ratio is not None else "")
     return f'<a href="{_e(link)}">{text}</a>' if link else text
 
 
@@ -219,12 +192,14 @@ def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, i
                      f"red dashed: the gate's floor {floor:.2f}.</figcaption></figure>")
     else:
         html_.append('<p class="na">No vendor ratio: the platform is not recorded and no vendor kernel ran.</p>')
-    impls = impl_order(cfg, rows)
-    by_case = {tuple(r[n] for n in PARAM_NAMES): r for r in rows}
-    body = [[*(_e(str(v)) for v in point)]
-            + [_cell(by_case.get((i, *point)), asv_url(BENCH_TFLOPS, machine, (i, *point))
-                     if (i, *point) in in_asv else None) for i in impls]
-            for point in sorted({k[1:] for k in by_case}, key=lambda p: (p[3], p[0], p[1], p[2]))]
+    impls = impl_order(cfg, [r.case.impl for r in rows])
+    by_case = {r.case: r for r in rows}
+
+    def cell(case):
+        return _cell(by_case.get(case), asv_url(BENCH_TFLOPS, machine, case) if case in in_asv else None)
+
+    body = [[*(_e(str(v)) for v in point)] + [cell(Case(i, *point)) for i in impls]
+            for point in sorted({c.key[1:] for c in by_case}, key=lambda p: (p[3], p[0], p[1], p[2]))]
     html_.append("<p>TFLOPs per case, <small>× vendor</small> beside it; a link opens the case's history in asv."
                  "</p>" + _table([*PARAM_NAMES[1:], *map(_e, impls)], body, "cases"))
     return "".join(html_)
@@ -235,12 +210,12 @@ def trend_section(cfg, out: Path, recent: list, machine: str) -> str:
     series = {}
     for i, r in enumerate(recent):
         for key, entry in r.entries(BENCH_TIME).items():
-            series.setdefault(key, [None] * len(recent))[i] = ok_value(entry)
+            series.setdefault(Case(*key), [None] * len(recent))[i] = ok_value(entry)
     trend_png(out / "trend.png", cfg, recent, series)
-    order = {impl: n for n, impl in enumerate(impl_order(cfg, [{"impl": k[0]} for k in series]))}
-    body = [[f'<a href="{_e(asv_url(BENCH_TIME, machine, key))}">{_e(key[0])}</a>', *map(_e, key[1:])]
+    order = {impl: n for n, impl in enumerate(impl_order(cfg, [c.impl for c in series]))}
+    body = [[f'<a href="{_e(asv_url(BENCH_TIME, machine, c))}">{_e(c.impl)}</a>', *map(_e, c.key[1:])]
             + [f"{v * 1e6:.1f}" if v is not None else '<span class="na">—</span>' for v in values]
-            for key, values in sorted(series.items(), key=lambda kv: (order[kv[0][0]], kv[0][1:]))]
+            for c, values in sorted(series.items(), key=lambda kv: (order[kv[0].impl], kv[0].key[1:]))]
     branches = ", ".join(json.loads((gitops.REPO / "asv.conf.json").read_text()).get("branches", []))
     return (f"<h2>Trend: the last {len(recent)} commits recorded on {_e(machine)}</h2>"
             '<figure><img src="trend.png" alt="median latency per commit for each case"><figcaption>Median '
@@ -294,7 +269,7 @@ def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_js
         source = f"full-grid bench <code>{_e(Path(bench_json).name)}</code>"
     else:
         rows, source = commit_rows(newest), f"asv results of <code>{newest.commit[:8]}</code>"
-    in_asv = {key for r in history for key in r.entries(BENCH_TIME)}
+    in_asv = {Case(*key) for r in history for key in r.entries(BENCH_TIME)}
     links = " · ".join(['<a href="asv/index.html">all benchmarks</a>']
                        + [f'<a href="{_e(asv_url(b, machine))}">{_e(b)}</a>' for b in (BENCH_TIME, BENCH_TFLOPS,
                                                                                       BENCH_RATIO)])

@@ -1,34 +1,45 @@
 """Formatting: tables for the terminal, Markdown, JSON verdicts, annotations."""
 
+from dataclasses import fields, is_dataclass
+
+from mlagate.decide.verdict import Note, Outcome, Status
+
 
 def _fmt(value, spec):
     return "—" if value is None else format(value, spec)
 
 
-def bench_table(rows, *, vendor: str | None = None):
+def bench_table(results, *, vendor: str | None = None):
+    """CaseResults (with add_metrics' metrics) as a rich table."""
     from rich.table import Table
+
+    from mlagate.case import Status as CaseStatus  # not the verdict's Status
 
     table = Table(title="MLA decode", show_lines=False)
     for col in ("impl", "dtype", "heads", "batch", "seqlen", "latency µs", "±IQR", "TFLOPs", "GB/s", "roofline",
                 f"vs {vendor}" if vendor else "vs vendor", "status"):
         table.add_column(col, justify="right" if col not in ("impl", "dtype", "status") else "left")
-    for r in rows:
-        if r["status"] != "ok":
-            table.add_row(r["impl"], r["dtype"], str(r["heads"]), str(r["batch"]), str(r["seqlen"]), "", "", "", "", "", "",
-                          f"{r['status']}: {r.get('reason') or ''}"[:90])
+    for r in results:
+        c = r.case
+        if r.status != CaseStatus.OK:
+            table.add_row(c.impl, c.dtype, str(c.heads), str(c.batch), str(c.seqlen), "", "", "", "", "", "",
+                          f"{r.status}: {r.reason or ''}"[:90])
             continue
-        table.add_row(r["impl"], r["dtype"], str(r["heads"]), str(r["batch"]), str(r["seqlen"]),
-                      _fmt(r["median_ms"] * 1e3, ".1f"),
-                      _fmt(r["iqr_ms"] * 1e3, ".1f"), _fmt(r["tflops"], ".1f"), _fmt(r["gbps"], ".0f"),
-                      _fmt(r.get("roofline") and r["roofline"] * 100, ".0f") + "%",
-                      _fmt(r.get("vendor_ratio"), ".2f"), "ok")
+        table.add_row(c.impl, c.dtype, str(c.heads), str(c.batch), str(c.seqlen),
+                      _fmt(r.median_ms and r.median_ms * 1e3, ".1f"),
+                      _fmt(r.iqr_ms and r.iqr_ms * 1e3, ".1f"), _fmt(r.tflops, ".1f"), _fmt(r.gbps, ".0f"),
+                      _fmt(r.roofline and r.roofline * 100, ".0f") + "%",
+                      _fmt(r.vendor_ratio, ".2f"), "ok")
     return table
 
 
 # -- the gate ------------------------------------------------------------------
 
-ICON = {"pass": "✅ pass", "regression": "❌ regression", "error": "⛔ error", "no_baseline": "🆕 no baseline",
-        "removed": "➖ removed", "skipped": "⏭ skipped"}
+ICON = {Status.PASS: "✅ pass", Status.REGRESSION: "❌ regression", Status.ERROR: "⛔ error",
+        Status.NO_BASELINE: "🆕 no baseline", Status.REMOVED: "➖ removed", Status.SKIPPED: "⏭ skipped"}
+TITLE = {Outcome.PASS: "✅ MLA decode perf gate: pass", Outcome.REGRESSION: "❌ MLA decode perf gate: regression",
+         Outcome.ERROR: "⛔ MLA decode perf gate: error (fails closed)"}
+FAILING = (Status.REGRESSION, Status.ERROR)
 
 
 def _us(seconds):
@@ -43,18 +54,20 @@ def _ratio_cell(cv):
     return f"{cv.base_vendor_ratio:.2f} → {cv.vendor_ratio:.2f}"
 
 
+def _texts(notes) -> str:
+    return "; ".join(n.text for n in notes)
+
+
 def gate_markdown(verdict, *, plot: str | None = None, vendor: str = "vendor") -> str:
-    title = {"pass": "✅ MLA decode perf gate: pass", "regression": "❌ MLA decode perf gate: regression",
-             "error": "⛔ MLA decode perf gate: error (fails closed)"}[verdict.outcome]
-    lines = [f"## {title}", "",
+    lines = [f"## {TITLE[verdict.outcome]}", "",
              f"base `{verdict.base[:10]}` · head `{verdict.head[:10]}` · platform `{verdict.platform}`", ""]
     for e in verdict.errors:
-        lines.append(f"- ⛔ {e}")
-    bad = [c for c in verdict.cases if c.status in ("regression", "error")]
+        lines.append(f"- ⛔ {e.text}")
+    bad = [c for c in verdict.cases if c.status in FAILING]
     if bad:
         lines += ["", "### Why", ""]
         for c in bad:
-            lines.append(f"- **{c.label}**: " + "; ".join(c.reasons))
+            lines.append(f"- **{c.label}**: " + _texts(c.reasons))
             if c.confirmation:
                 lines.append(f"  - confirmed by interleaved re-measure: {c.confirmation['change']:+.1%} "
                              f"(p = {c.confirmation['p_value']:.1e}, {c.confirmation['samples'][0]}+"
@@ -65,23 +78,36 @@ def gate_markdown(verdict, *, plot: str | None = None, vendor: str = "vendor") -
         change = "—" if c.change is None else f"{c.change:+.1%}"
         p = "—" if c.p_value is None else f"{c.p_value:.1e}"
         lines.append(f"| {c.label} | {_us(c.base_median_s)} | {_us(c.head_median_s)} | {change} | {p} | "
-                     f"{_ratio_cell(c)} | {ICON.get(c.status, c.status)} |")
+                     f"{_ratio_cell(c)} | {ICON[c.status]} |")
     if verdict.build_findings:
         lines += ["", "### Compiler resources", ""]
         lines += [f"- {'❌' if f.failed else '⚠️'} `{f.target}` [{f.rule}] {f.message}"
                   for f in sorted(verdict.build_findings, key=lambda f: not f.failed)]
     notes = [(c.label, w) for c in verdict.cases for w in c.warnings] + [("", w) for w in verdict.warnings]
     if notes:
-        lines += ["", "### Notes", ""] + [f"- {label + ': ' if label else ''}{w}" for label, w in notes]
+        lines += ["", "### Notes", ""] + [f"- {label + ': ' if label else ''}{w.text}" for label, w in notes]
     if plot:
         lines += ["", f"![TFLOPs vs seqlen]({plot})"]
     return "\n".join(lines) + "\n"
 
 
-def verdict_dict(verdict) -> dict:
-    from dataclasses import asdict
+def _plain(value):
+    """A verdict as JSON-ready values: each Note as its text, so verdict.json keeps its shape."""
+    if isinstance(value, Note):
+        return value.text
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
-    d = asdict(verdict)
+
+def verdict_dict(verdict) -> dict:
+    d = _plain(verdict)
+    for case, cv in zip(d["cases"], verdict.cases):
+        case["drift"] = cv.drift.text if cv.drift else None
     d["exit_code"] = verdict.exit_code
     return d
 
@@ -97,13 +123,13 @@ def workflow_command(kind: str, title: str, message: str) -> str:
 
 def annotations(verdict) -> list:
     """GitHub workflow commands: one ::error:: per failing case or error."""
-    out = [workflow_command("error", "perf gate error", e) for e in verdict.errors]
+    out = [workflow_command("error", "perf gate error", e.text) for e in verdict.errors]
     for c in verdict.cases:
-        if c.status in ("regression", "error"):
-            out.append(workflow_command("error", f"perf {c.status}: {c.label}", "; ".join(c.reasons)))
+        if c.status in FAILING:
+            out.append(workflow_command("error", f"perf {c.status}: {c.label}", _texts(c.reasons)))
     out += [workflow_command("error", f"compiler resources ({f.target}, {f.rule})", f.message)
             for f in verdict.build_findings if f.failed]
-    out += [workflow_command("warning", f"perf drift: {c.label}", c.drift) for c in verdict.cases if c.drift]
+    out += [workflow_command("warning", f"perf drift: {c.label}", c.drift.text) for c in verdict.cases if c.drift]
     return out
 
 

@@ -10,7 +10,7 @@ the append-only store would keep them). It holds the store's lock from start to
 finish and works in a private tree under ``<repo>/.asv/records``: asv writes its
 results into a staging results directory there, the run's environment (GPU,
 clocks, versions) and asv's log go beside them as sidecars, and only when all of
-that succeeded does ``store.install_record`` move the new files into the store,
+that succeeded does ``files.install_record`` move the new files into the store,
 all or nothing. A commit already recorded on this machine is refused.
 """
 
@@ -26,7 +26,10 @@ from pathlib import Path
 from mlagate.measure import environment
 from mlagate import gitops
 from mlagate.gitops import git, resolve
-from mlagate.store.results import Store, StoreError, install_record, recover, store_lock
+from mlagate.store.errors import StoreError
+from mlagate.store.files import install_record, recover, store_lock
+from mlagate.store.results import Store
+
 
 def _is_checked_out(commit: str, repo) -> bool:
     return resolve("HEAD", repo) == commit and not git("status", "--porcelain", "--untracked-files=no", repo=repo)

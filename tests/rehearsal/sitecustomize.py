@@ -6,7 +6,7 @@ MLAGATE_REHEARSAL set. What stands in, and nothing more:
 
 - torch reports a ROCm build with one AMD Instinct MI300X (gcnArchName gfx942, 304 CUs), so mlagate's
   own platform and architecture detection runs unchanged;
-- tensors live on the CPU (``measure.device``, and ``mla_decode.check_device`` accepts it);
+- tensors live on the CPU (``environment.device``, and ``mla_decode.check_device`` accepts it);
 - TileLang's compiled kernel is the float32 reference behind the real ``plan`` for gfx942, because a
   CPU cannot run HIP code (`mlagate build` lowers the real kernels for gfx942 on a CPU);
 - aiter is the contract-enforcing stand-in next to this file (tests/rehearsal/aiter);
@@ -55,14 +55,16 @@ def patch_environment(environment):
     environment.device = lambda: torch.device("cpu")
 
 
-def patch_timer(measure):
+def patch_timer(timer):
     def samples_of(fn, shape):
         return recorded_samples(fn.rehearsal_impl, shape[0])
 
     def time_gpu(fn, *, min_samples=10, device=None, **_):
+        from mlagate.case import Samples
+
         times = samples_of(fn, fn.rehearsal_shape)
         assert len(times) >= min_samples
-        return measure.Samples(times, "rehearsal: H200 samples", 0, 0, MI300X.name)
+        return Samples(times, "rehearsal: H200 samples", 0, 0, MI300X.name)
 
     class EventClock:
         def __init__(self, cold_l2=True):
@@ -75,7 +77,7 @@ def patch_timer(measure):
             stream = self.streams.setdefault(fn, itertools.cycle(samples_of(fn, fn.rehearsal_shape)))
             self.total_s += next(stream) / 1e3
 
-    measure.time_gpu, measure.EventClock = time_gpu, EventClock
+    timer.time_gpu, timer.EventClock = time_gpu, EventClock
 
 
 def patch_kernels(m):

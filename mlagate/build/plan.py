@@ -1,0 +1,70 @@
+"""What `mlagate build` lowers: the targets it accepts and the programs (jobs) of each.
+
+Per (tile config, dtype, shape): the split path (the plan's own split, or a forced
+split of FORCED_SPLIT where the plan does not split) with its combine kernel, and
+the no-split path (num_split = 1). Identical plans are planned once.
+"""
+
+from dataclasses import dataclass
+
+FORCED_SPLIT = 4
+# Configs built per target kind by default. tilelang-hopper runs only on Hopper
+# (impls.py: wgmma/TMA and 228 KB of shared memory); --config-name overrides.
+DEFAULT_CONFIGS = {"cuda": ("hopper", "cdna3"), "hip": ("cdna3",)}
+
+
+class BuildError(ValueError):
+    """A target or toolchain the build cannot use; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One program to lower: a tile config (its num_split possibly forced) on one shape."""
+
+    target: str
+    arch: str
+    config: object  # mla_decode.TileConfig
+    shape: object  # mla_decode.Shape
+    forced: bool
+
+    @property
+    def kind(self) -> str:
+        """'cuda' or 'hip'."""
+        return self.target.split(":")[0]
+
+    def plan(self):
+        from mlagate.kernels import mla_decode
+
+        return mla_decode.plan(self.shape, self.config, self.arch)
+
+
+def parse_target(target: str) -> tuple:
+    """'cuda:sm_90a' -> ('cuda', 'sm_90a'); the arch is what tilelang targets."""
+    from mlagate.kernels import mla_decode
+
+    kind, _, arch = target.partition(":")
+    if kind not in ("cuda", "hip") or not arch:
+        raise BuildError(f"--target {target!r}: expected cuda:<sm_XX> or hip:<gfxNNN>")
+    t = mla_decode.target_for(arch)
+    if t["kind"] != kind:
+        raise BuildError(f"--target {target!r}: {arch} is a {t['kind']} architecture")
+    return kind, t.get("arch") or t.get("mcpu")
+
+
+def plan_jobs(target: str, configs, shapes) -> list:
+    """The split and the no-split program of every (config, shape), each plan once."""
+    _, arch = parse_target(target)
+    jobs, seen = [], set()
+    for config in configs:
+        for shape in shapes:
+            auto = Job(target, arch, config, shape, False)
+            splits = auto.plan().num_split > 1
+            split = auto if splits else Job(target, arch, config.with_(num_split=FORCED_SPLIT), shape, True)
+            no_split = Job(target, arch, config.with_(num_split=1), shape, splits)
+            for job in (split, no_split):
+                p = job.plan()
+                key = (p.shape, p.num_split, p.split_len, p.block_H, job.config.with_(num_split=0))
+                if key not in seen:
+                    seen.add(key)
+                    jobs.append(job)
+    return jobs

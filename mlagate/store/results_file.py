@@ -1,0 +1,197 @@
+"""One asv results file, read and checked: {benchmark: {case: Entry}}, every value refused
+unless it is what mlagate's benchmarks record, naming the file, benchmark and case.
+
+asv's own reader (``asv.results.Results.load`` and its ``get_result_*`` getters) is not
+used: the getters fit each column to the parameter grid (a short or null result column
+reads as failed cases, a long one is cut) and it reads Infinity, so it passes files the gate
+must refuse, and refusing them would mean reading the raw JSON again; so the file is read
+here, in asv 0.6's ``result_columns`` layout, and every field is checked.
+"""
+
+import ast
+import itertools
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlagate.case import case_label
+from mlagate.store.errors import StoreError
+
+BENCH_TIME = "mla_decode.TimeDecode.time_decode"
+BENCH_TFLOPS = "mla_decode.Throughput.track_tflops"
+BENCH_RATIO = "mla_decode.Throughput.track_vendor_ratio"
+PARAM_NAMES = ("impl", "batch", "seqlen", "dtype", "heads")
+# Results recorded before heads became a parameter were all measured at 128 heads.
+LEGACY_HEADS = 128
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One benchmark x case: 'ok' with a value (seconds for times), 'failed'
+    (asv stored null) or 'skipped' (asv stored NaN)."""
+
+    status: str
+    value: float | None = None
+    samples: tuple | None = None  # raw samples (seconds), when recorded
+
+
+def ok_value(entry: Entry | None) -> float | None:
+    """The entry's value if it was measured; None if absent, failed or skipped."""
+    return entry.value if entry is not None and entry.status == "ok" else None
+
+
+class _Invalid(ValueError):
+    """A results file that parses as JSON but holds what asv never writes; the message says where."""
+
+
+# The benchmarks mlagate records measure positive quantities: seconds, TFLOPs, a ratio of TFLOPs
+# (asv_suite.metric gives NaN, never 0, where one does not exist).
+POSITIVE = (BENCH_TIME, BENCH_TFLOPS, BENCH_RATIO)
+_KEY_TYPES = (str, int, int, str, int)  # PARAM_NAMES' types
+_FULL_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def case_keys(raw_params) -> list:
+    """asv's parameter lists (values as Python literals) -> case keys, in asv's result order.
+    Files without the heads parameter read as heads = LEGACY_HEADS."""
+    if not isinstance(raw_params, list) or not all(isinstance(v, list) for v in raw_params):
+        raise _Invalid(f"params must be a list of lists, got {raw_params!r:.80}")
+    if len(raw_params) == len(PARAM_NAMES) - 1:
+        raw_params = [*raw_params, [repr(LEGACY_HEADS)]]
+    if len(raw_params) != len(PARAM_NAMES):
+        raise ValueError(f"{len(raw_params)} parameters, expected {', '.join(PARAM_NAMES)}")
+    values = [[_param(name, kind, v) for v in vs] for name, kind, vs in zip(PARAM_NAMES, _KEY_TYPES, raw_params)]
+    keys = list(itertools.product(*values))
+    if len(set(keys)) != len(keys):
+        raise _Invalid(f"params repeat a value: {raw_params!r:.120}")
+    return keys
+
+
+def _param(name, kind, text):
+    """One parameter value: a Python literal of its type (a case key must match across commits)."""
+    value = ast.literal_eval(text) if isinstance(text, str) else None
+    if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 1):
+        raise _Invalid(f"parameter {name}: {text!r} is not a {'positive integer' if kind is int else 'quoted name'}")
+    return value
+
+
+def _number(value, positive: bool) -> bool:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int past float's range
+        return False
+    return finite and (value > 0 or not positive)
+
+
+def _entry(where: str, value, samples, positive: bool) -> Entry:
+    """One case: null is asv's 'failed', NaN its 'skipped'; anything else must be a finite
+    number (positive for mlagate's benchmarks), and so must every raw sample."""
+    if value is None:
+        return Entry("failed")
+    if isinstance(value, float) and math.isnan(value):
+        return Entry("skipped")
+    if not _number(value, positive):
+        raise _Invalid(f"{where}: value {value!r:.60} is not a {'positive ' if positive else ''}finite number")
+    if samples is None or samples == []:
+        return Entry("ok", float(value))
+    if not isinstance(samples, list):
+        raise _Invalid(f"{where}: samples must be a list, got {samples!r:.60}")
+    bad = next((i for i, s in enumerate(samples) if not _number(s, positive)), None)
+    if bad is not None:
+        raise _Invalid(f"{where}: sample {bad} of {len(samples)} is {samples[bad]!r:.60}, not a "
+                       f"{'positive ' if positive else ''}finite number")
+    return Entry("ok", float(value), tuple(float(s) for s in samples))
+
+
+def _column(row, i, name, keys):
+    """A per-case column of one benchmark's row: a list with one item per case (or None if absent)."""
+    values = row[i] if i is not None and i < len(row) else None
+    if values is not None and (not isinstance(values, list) or len(values) != len(keys)):
+        raise _Invalid(f"{name}: {len(values) if isinstance(values, list) else type(values).__name__} "
+                       f"where {len(keys)} per-case values go")
+    return values
+
+
+def _benchmark(name, row, columns) -> dict:
+    if not isinstance(row, list):
+        raise _Invalid(f"{name}: a {type(row).__name__} where asv writes a list of columns")
+    keys = case_keys(row[columns.index("params")])
+    results = _column(row, columns.index("result"), f"{name} results", keys)
+    samples = _column(row, columns.index("samples") if "samples" in columns else None, f"{name} samples", keys)
+    if results is None:
+        raise _Invalid(f"{name}: no results")
+    positive = name in POSITIVE
+    return {key: _entry(f"{name} {case_label(key)}", value, samples[i] if samples else None, positive)
+            for i, (key, value) in enumerate(zip(keys, results))}
+
+
+def _header(data) -> tuple:
+    """(commit, date, result_columns) of a results file, each checked."""
+    if not isinstance(data, dict):
+        raise _Invalid(f"a JSON {type(data).__name__}, not an object")
+    commit, date, columns = data["commit_hash"], data.get("date") or 0, data["result_columns"]
+    if not isinstance(commit, str) or not _FULL_HASH.fullmatch(commit):
+        raise _Invalid(f"commit_hash {commit!r:.60} is not a full commit hash")
+    if not _number(date, positive=False) or date < 0:
+        raise _Invalid(f"date {date!r:.60} is not a timestamp")
+    if not isinstance(columns, list) or not {"result", "params"} <= set(map(str, columns)):
+        raise _Invalid(f"result_columns {columns!r:.80} lack result and params")
+    if not isinstance(data["results"], dict):
+        raise _Invalid(f"results: a {type(data['results']).__name__}, not an object")
+    return commit, int(date), columns
+
+
+def read_json(path: Path) -> tuple:
+    """(data, where its first infinite number is or None): asv and mlagate write none, and
+    Python's json reads both Infinity and 1e999 as one. The walk runs only when one was seen."""
+    seen = []
+
+    def number(text):
+        value = float(text)
+        if math.isinf(value):
+            seen.append(text)
+        return value
+
+    def constant(name):  # NaN, Infinity, -Infinity
+        if name != "NaN":
+            seen.append(name)
+        return float(name)
+
+    data = json.loads(path.read_text(), parse_float=number, parse_constant=constant)
+    return data, first_infinity(data) if seen else None
+
+
+def first_infinity(value, where="") -> str | None:
+    """Where the first infinite number in parsed JSON is (asv and mlagate write none), or None."""
+    if isinstance(value, float) and math.isinf(value):
+        return where or "top level"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = first_infinity(v, f"{where}[{k!r}]" if isinstance(k, int) else f"{where}.{k}" if where else k)
+        if found:
+            return found
+    return None
+
+
+def parse_results_file(path) -> tuple:
+    """(commit, date, {bench: {case: Entry}}) from one asv results file; StoreError naming
+    the path (and the benchmark and case) if it is not a complete, valid asv results file."""
+    path = Path(path)
+    try:
+        data, infinite = read_json(path)
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: bad JSON or not UTF-8
+        raise StoreError(f"{path}: not readable JSON ({e})") from None
+    try:
+        commit, date, columns = _header(data)
+        benchmarks = {name: _benchmark(name, row, columns) for name, row in data["results"].items()}
+        if infinite:
+            raise _Invalid(f"{infinite}: an infinite number")
+        return commit, date, benchmarks
+    except _Invalid as e:
+        raise StoreError(f"{path}: not a valid asv results file: {e}") from None
+    except (KeyError, IndexError, TypeError, ValueError, SyntaxError, MemoryError, RecursionError) as e:
+        raise StoreError(f"{path}: not a complete asv results file ({type(e).__name__}: {e})") from None
