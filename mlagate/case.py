@@ -5,6 +5,9 @@ the asv suite, the tables and the report."""
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 
+# The fields of a case's key, in order: also asv's parameter names, so stored results key the same way.
+PARAM_NAMES = ("impl", "batch", "seqlen", "dtype", "heads")
+
 
 @dataclass(frozen=True)
 class Case:
@@ -28,7 +31,7 @@ def case_label(key: tuple) -> str:
     return f"{impl} h={heads} b={batch} s={seqlen} {dtype}"
 
 
-class Status(StrEnum):
+class RunStatus(StrEnum):
     OK = "ok"
     FAILED = "failed"  # wrong result, or an error or crash while measuring: never timed or not finished
     SKIPPED = "skipped"  # cannot run here (kernel or package missing); the reason says why
@@ -68,7 +71,7 @@ class CaseResult:
     commit's asv results too (median, TFLOPs and vendor ratio only)."""
 
     case: Case
-    status: Status
+    status: RunStatus
     reason: str | None = None  # why it failed or was skipped
     samples: Samples | None = None
     error: dict = field(default_factory=dict)  # max abs/rel error against the reference
@@ -98,6 +101,6 @@ class CaseResult:
         known = {name: d[name] for name in METRICS if d.get(name) is not None}
         if "ci99_ms" in known:
             known["ci99_ms"] = tuple(known["ci99_ms"])
-        return cls(case, Status(d["status"]), d.get("reason"),
+        return cls(case, RunStatus(d["status"]), d.get("reason"),
                    Samples.from_dict(d["samples"]) if d.get("samples") else None, d.get("error") or {},
                    d.get("gpu"), **known)

@@ -3,13 +3,13 @@
 import hashlib
 import itertools
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from mlagate.case import Case
+from mlagate.config_reader import ConfigError, KeyReader, UniqueKeyLoader, open_section_keys
 from mlagate.hardware import arch_key
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout this mlagate is imported from
@@ -19,10 +19,6 @@ DTYPES = ("float16", "bfloat16")
 # Query heads per GPU: DeepSeek's 128 under tensor parallelism 8, 4, 2 and 1.
 HEADS = (16, 32, 64, 128)
 KNOWN_IMPLS = ("tilelang-hopper", "tilelang-cdna3", "flash_mla", "flashinfer", "aiter", "triton", "torch")
-
-
-class ConfigError(ValueError):
-    """perf.yml is missing, unreadable or invalid; the message names the key."""
 
 
 @dataclass(frozen=True)
@@ -111,83 +107,13 @@ class Config:
         return self.roofline.get(arch_key(arch or ""))
 
 
-class _Reader:
-    """Walks the raw YAML and turns every problem into a ConfigError naming its key."""
-
-    def __init__(self, data, path=""):
-        self.data, self.path = data, path
-
-    def _key(self, key):
-        return f"{self.path}.{key}" if self.path else key
-
-    def section(self, key, allowed) -> "_Reader":
-        value = self.data.get(key) if isinstance(self.data, dict) else None
-        if not isinstance(value, dict):
-            raise ConfigError(f"{self._key(key)}: must be a mapping, got {type(value).__name__}")
-        for k in value:  # open sections take their keys as names (arch): `90:` would read as an int
-            if not isinstance(k, str):
-                raise ConfigError(f"{self._key(key)}.{k}: keys must be names (strings), got {type(k).__name__}")
-        unknown = sorted(set(value) - set(allowed))
-        if unknown:
-            raise ConfigError(f"{self._key(key)}.{unknown[0]}: unknown key (allowed: {', '.join(allowed)})")
-        return _Reader(value, self._key(key))
-
-    def get(self, key, kind, *, minimum=None, maximum=None, exclusive_min=False):
-        if key not in self.data:
-            raise ConfigError(f"{self._key(key)}: missing")
-        value = self.data[key]
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            try:
-                value = float(value)
-            except OverflowError:
-                raise ConfigError(f"{self._key(key)}: must be a finite number, got an integer too large "
-                                  "for a float") from None
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(f"{self._key(key)}: must be {kind.__name__}, got {value!r}")
-        if kind is float and not math.isfinite(value):  # NaN passes every comparison below
-            raise ConfigError(f"{self._key(key)}: must be a finite number, got {value!r}")
-        if minimum is not None and (value <= minimum if exclusive_min else value < minimum):
-            rule = f"> {minimum}" if exclusive_min else f">= {minimum}"
-            raise ConfigError(f"{self._key(key)}: must be {rule}, got {value!r}")
-        if maximum is not None and value > maximum:
-            raise ConfigError(f"{self._key(key)}: must be <= {maximum}, got {value!r}")
-        return value
-
-    def int_list(self, key, minimum=1, choices=None):
-        values = self.data.get(key)
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"{self._key(key)}: must be a non-empty list, got {values!r}")
-        for v in values:
-            if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-                raise ConfigError(f"{self._key(key)}: every entry must be an integer >= {minimum}, got {v!r}")
-            if choices and v not in choices:
-                raise ConfigError(f"{self._key(key)}: {v} is not one of {', '.join(map(str, choices))}")
-        if len(set(values)) != len(values):
-            raise ConfigError(f"{self._key(key)}: entries must be unique, got {values!r}")
-        return tuple(values)
-
-    def choice_list(self, key, choices):
-        values = self.data.get(key)
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"{self._key(key)}: must be a non-empty list, got {values!r}")
-        for v in values:
-            if v not in choices:
-                raise ConfigError(f"{self._key(key)}: {v!r} is not one of {', '.join(choices)}")
-        return tuple(values)
-
-
-def _names(section) -> tuple:
-    """The keys of an open section (any arch name), or none when it is not a mapping (section() says so)."""
-    return tuple(section) if isinstance(section, dict) else ()
-
-
 def parse(data) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"top level: must be a mapping, got {type(data).__name__}")
     for k in data:
         if not isinstance(k, str):
             raise ConfigError(f"{k}: unknown key (keys are names, got {type(k).__name__})")
-    top = _Reader(data)
+    top = KeyReader(data)
     top_keys = ("grid", "implementations", "platforms", "timing", "roofline", "gate")
     unknown = sorted(set(data) - set(top_keys))
     if unknown:
@@ -229,7 +155,7 @@ def parse(data) -> Config:
         if value < timing.min_samples:
             raise ConfigError(f"{key}: must be >= timing.min_samples ({timing.min_samples}), got {value}")
 
-    r = top.section("roofline", _names(data.get("roofline")))
+    r = top.section("roofline", open_section_keys(data.get("roofline")))
     roofline = {}
     for arch in r.data:
         s = r.section(arch, ("tflops", "tbps"))
@@ -246,7 +172,7 @@ def parse(data) -> Config:
     drift = gt.section("drift", ("lookback", "max_slowdown"))
     confirm = gt.section("confirm", ("rounds",))
     build = gt.section("build", ("max_new_spill_bytes", "shared_memory_limit"))
-    smem = build.section("shared_memory_limit", _names(build.data.get("shared_memory_limit")))
+    smem = build.section("shared_memory_limit", open_section_keys(build.data.get("shared_memory_limit")))
     gate = Gate(
         gated=gt.choice_list("gated", impls),
         threshold=lat.get("threshold", float, minimum=0, exclusive_min=True, maximum=1),
@@ -267,36 +193,6 @@ def parse(data) -> Config:
     return Config(grid, impls, platforms, timing, roofline, gate, digest)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.safe_load, except that a key given twice in one mapping is an error (PyYAML keeps
-    the last value silently, so a second `threshold:` further down would win unseen)."""
-
-    def construct_document(self, node):
-        self._check_unique(node, "", set())
-        return super().construct_document(node)
-
-    def _check_unique(self, node, path, visited):
-        if id(node) in visited:  # an alias: checked where its anchor is (and it may be recursive)
-            return
-        visited.add(id(node))
-        if isinstance(node, yaml.SequenceNode):
-            for item in node.value:
-                self._check_unique(item, path, visited)
-        if not isinstance(node, yaml.MappingNode):
-            return
-        seen = {}
-        for key_node, value_node in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` merges; its keys may be overridden
-                continue
-            key = self.construct_object(key_node, deep=True) if isinstance(key_node, yaml.ScalarNode) else None
-            name = f"{path}.{key}" if path else str(key)
-            line = key_node.start_mark.line + 1
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise ConfigError(f"{name}: duplicate key at line {line} (first at line {seen[key]})")
-            seen.setdefault(key, line)
-            self._check_unique(value_node, name, visited)
-
-
 def load(path=None) -> Config:
     path = Path(path or DEFAULT_PATH)
     try:
@@ -306,7 +202,7 @@ def load(path=None) -> Config:
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: cannot read (not UTF-8: {e.reason} at byte {e.start})") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
+        data = yaml.load(text, Loader=UniqueKeyLoader)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
     except yaml.YAMLError as e:

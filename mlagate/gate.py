@@ -10,11 +10,11 @@ from mlagate import gitops
 from mlagate.case import Case
 from mlagate.config import Config
 from mlagate.decide import build_rules, verdict
-from mlagate.decide.verdict import Kind, Note
+from mlagate.decide.notes import Kind, Note
 from mlagate.gitops import GitError, git, resolve
 from mlagate.report import text as report
 from mlagate.store.errors import GateError, StoreError
-from mlagate.store.results import Store
+from mlagate.store.results import Store, pick_machine
 
 
 @dataclass
@@ -22,15 +22,6 @@ class GateOutput:
     verdict: verdict.Verdict
     markdown: str
     files: dict
-
-
-def pick_machine(store: Store, machine: str | None) -> str:
-    machines = store.machines()
-    if machine:
-        return machine
-    if len(machines) == 1:
-        return machines[0]
-    raise GateError(f"{store.root}: {len(machines)} machines ({', '.join(machines) or 'none'}); pass --machine")
 
 
 def main_history(store: Store, machine: str, base: str, lookback: int) -> list:

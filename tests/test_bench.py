@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlagate import config
-from mlagate.case import Case, CaseResult, Status
+from mlagate.case import Case, CaseResult, RunStatus
 from mlagate.measure import grid
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "h200"
@@ -58,7 +58,7 @@ def test_a_crashing_case_fails_alone_and_the_grid_goes_on(tmp_path):
     timing = config.load().timing
     seen = []
     rows = grid.run_cases(cases(1024, 666, 2048, 4096), timing, python=fake_python(tmp_path), on_result=seen.append)
-    assert [r.status for r in rows] == [Status.OK, Status.FAILED, Status.OK, Status.OK]
+    assert [r.status for r in rows] == [RunStatus.OK, RunStatus.FAILED, RunStatus.OK, RunStatus.OK]
     assert "worker exited with code -11 during this case" in rows[1].reason
     assert "illegal memory access" in rows[1].reason
     assert worker(rows[0])["pid"] != worker(rows[2])["pid"]  # a fresh worker took over after the crash
@@ -67,7 +67,7 @@ def test_a_crashing_case_fails_alone_and_the_grid_goes_on(tmp_path):
 
 def test_skips_keep_their_reason(tmp_path):
     rows = grid.run_cases(cases(1024, impl="aiter"), config.load().timing, python=fake_python(tmp_path))
-    assert rows[0].status == Status.SKIPPED and rows[0].reason == "aiter: not installed"
+    assert rows[0].status == RunStatus.SKIPPED and rows[0].reason == "aiter: not installed"
 
 
 def test_a_worker_that_cannot_start_fails_every_case_once(tmp_path):
@@ -75,14 +75,14 @@ def test_a_worker_that_cannot_start_fails_every_case_once(tmp_path):
     broken.write_text("#!/bin/sh\necho 'no such module' >&2\nexit 1\n")
     broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
     rows = grid.run_cases(cases(1024, 2048), config.load().timing, python=str(broken))
-    assert all(r.status == Status.FAILED and "failed to start" in r.reason for r in rows)
+    assert all(r.status == RunStatus.FAILED and "failed to start" in r.reason for r in rows)
 
 
 def test_cases_spread_over_gpus_record_their_gpu(tmp_path):
     rows = grid.run_cases(cases(1024, 2048, 4096, 8192), config.load().timing, gpus=[0, 1],
                            python=fake_python(tmp_path))
     assert {r.gpu for r in rows} == {0, 1}
-    assert all(r.status == Status.OK for r in rows)
+    assert all(r.status == RunStatus.OK for r in rows)
 
 
 def test_outputs_are_json_and_csv(tmp_path):
@@ -102,8 +102,8 @@ def test_a_bench_file_on_disk_reads_back_to_the_same_json():
         rows = json.load(f)["results"]
     results = [CaseResult.from_dict(r) for r in rows]
     assert [r.to_dict() for r in results] == rows
-    assert {r.status for r in results} == {Status.OK, Status.SKIPPED}
-    assert all(r.samples.times_ms and r.tflops and r.vendor_ratio for r in results if r.status == Status.OK)
+    assert {r.status for r in results} == {RunStatus.OK, RunStatus.SKIPPED}
+    assert all(r.samples.times_ms and r.tflops and r.vendor_ratio for r in results if r.status == RunStatus.OK)
 
 
 # -- a worker's visible device is an entry of the parent's list -------------------
@@ -152,14 +152,14 @@ def test_workers_time_the_parents_gpus_and_a_missing_one_fails_its_cases(tmp_pat
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "2,5")
     rows = grid.run_cases(cases(1024, 2048, 4096, 8192), config.load().timing, gpus=[0, 1],
                            python=fake_python(tmp_path))
-    assert all(r.status == Status.OK for r in rows)
+    assert all(r.status == RunStatus.OK for r in rows)
     assert {(r.gpu, worker(r)["visible"]["HIP_VISIBLE_DEVICES"]) for r in rows} == {(0, "2"), (1, "5")}
     assert all("CUDA_VISIBLE_DEVICES" not in worker(r)["visible"] for r in rows)  # not invented where unset
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "3")
     rows = grid.run_cases(cases(1024, 2048), config.load().timing, gpus=[0, 1], python=fake_python(tmp_path))
     by_gpu = {r.gpu: r for r in rows}
-    assert by_gpu[0].status == Status.OK and worker(by_gpu[0])["visible"]["HIP_VISIBLE_DEVICES"] == "3"
-    assert by_gpu[1].status == Status.FAILED and "HIP_VISIBLE_DEVICES='3' lists 1 device" in by_gpu[1].reason
+    assert by_gpu[0].status == RunStatus.OK and worker(by_gpu[0])["visible"]["HIP_VISIBLE_DEVICES"] == "3"
+    assert by_gpu[1].status == RunStatus.FAILED and "HIP_VISIBLE_DEVICES='3' lists 1 device" in by_gpu[1].reason
 
 
 # -- a worker that exits before reading its job ------------------------------------
@@ -175,7 +175,7 @@ def test_a_worker_that_exits_before_reading_its_job_fails_every_case_once(tmp_pa
     many = cases(*range(1, 20001))
     rows = grid.run_cases(many, config.load().timing, python=str(quitter), on_result=seen.append)
     assert len(rows) == len(seen) == 20000
-    assert {r.status for r in rows} == {Status.FAILED}
+    assert {r.status for r in rows} == {RunStatus.FAILED}
     assert {r.reason for r in rows} == {"worker failed to start (code 7): ModuleNotFoundError: torch"}
 
 

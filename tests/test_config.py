@@ -5,6 +5,7 @@ import pytest
 import yaml
 
 from mlagate import config
+from mlagate.config_reader import UniqueKeyLoader
 
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 
@@ -104,8 +105,8 @@ def test_a_duplicate_key_names_the_key_and_its_line(tmp_path):
 
 def test_yaml_reads_as_safe_load_otherwise():
     text = "a: &x {p: 1, q: [1, 2]}\nb: {<<: *x, p: 2}\nc: .nan\nd: 2024-01-02\n"
-    loaded = yaml.load(text, Loader=config._UniqueKeyLoader)
+    loaded = yaml.load(text, Loader=UniqueKeyLoader)
     expected = yaml.safe_load(text)
     assert math.isnan(loaded.pop("c")) and math.isnan(expected.pop("c"))
     assert loaded == expected and loaded["b"] == {"p": 2, "q": [1, 2]}
-    assert yaml.load(config.DEFAULT_PATH.read_text(), Loader=config._UniqueKeyLoader) == RAW
+    assert yaml.load(config.DEFAULT_PATH.read_text(), Loader=UniqueKeyLoader) == RAW

@@ -21,8 +21,9 @@ from mlagate import config
 
 from mlagate import exits
 from mlagate.decide import stats
+from mlagate.measure import summary
 from mlagate.decide import verdict as decide
-from mlagate.decide.verdict import EXIT_CODE, Kind, Note, Outcome, Status
+from mlagate.decide.notes import EXIT_CODE, Kind, Note, Outcome, Status
 from mlagate.store.errors import StoreError
 from mlagate.store.results import CommitResults, Store
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, Entry, case_keys
@@ -57,7 +58,7 @@ def samples(median_us, n=40, spread=0.002):
 
 
 def ok(times):
-    return Entry("ok", stats.median(times), tuple(times))
+    return Entry("ok", summary.median(times), tuple(times))
 
 
 def results(commit="c", times=None, ratios=None):
@@ -470,8 +471,8 @@ def test_build_findings_fail_a_pass_only_when_one_failed():
 # -- statistics -----------------------------------------------------------------------------
 
 def test_median_and_iqr():
-    assert stats.median([3.0, 1.0, 2.0, 10.0]) == 2.5
-    assert stats.iqr(list(range(1, 10))) == 4.0  # quartiles 3 and 7
+    assert summary.median([3.0, 1.0, 2.0, 10.0]) == 2.5
+    assert summary.iqr(list(range(1, 10))) == 4.0  # quartiles 3 and 7
 
 
 @pytest.mark.parametrize("n,confidence,bounds", [
@@ -482,11 +483,11 @@ def test_median_and_iqr():
 ])
 def test_median_ci_is_the_binomial_order_statistic_interval(n, confidence, bounds):
     values = [float(v) for v in range(n)][::-1]  # unsorted input
-    assert stats.median_ci(values, confidence) == bounds
+    assert summary.median_ci(values, confidence) == bounds
 
 
 def test_median_ci_is_nan_when_too_few_samples():
-    low, high = stats.median_ci([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+    low, high = summary.median_ci([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
     assert math.isnan(low) and math.isnan(high)
 
 
@@ -498,14 +499,14 @@ def test_median_ci_is_nan_when_too_few_samples():
     ([-2.0, 1, 2, 3, 6.1], 1 / 5),                 # quartiles 1 and 3 exactly: -2 on the fence, 6.1 past 6
 ])
 def test_outlier_fraction_uses_tukey_fences(values, fraction):
-    assert stats.outlier_fraction(values) == pytest.approx(fraction)
+    assert summary.outlier_fraction(values) == pytest.approx(fraction)
 
 
 def test_summary():
     values = [-3.5, 3, 3, 3, 5, 7, 7, 7, 13.5]
-    assert stats.summary(values) == {"n": 9, "median": 5.0, "iqr": 4.0, "ci_low": -3.5, "ci_high": 13.5,
+    assert summary.describe(values) == {"n": 9, "median": 5.0, "iqr": 4.0, "ci_low": -3.5, "ci_high": 13.5,
                                      "min": -3.5, "max": 13.5, "outliers": pytest.approx(2 / 9)}
-    assert stats.summary(list(range(30)), confidence=0.9)["ci_low"] == 10.0
+    assert summary.describe(list(range(30)), confidence=0.9)["ci_low"] == 10.0
 
 
 def test_median_ratio_and_direction_of_the_p_value():

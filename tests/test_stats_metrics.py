@@ -6,7 +6,8 @@ from mlagate.measure import grid as bench
 from mlagate.measure import metrics
 
 from mlagate.decide import stats
-from mlagate.case import Case, CaseResult, Samples, Status
+from mlagate.measure import summary
+from mlagate.case import Case, CaseResult, Samples, RunStatus
 
 
 def test_flops_and_bytes_match_flashmla_formulas():
@@ -26,11 +27,11 @@ def test_roofline_takes_the_slower_bound():
 def test_median_ci_brackets_the_median_and_narrows_with_n():
     rng = np.random.default_rng(0)
     small, large = rng.normal(1, 0.1, 30), rng.normal(1, 0.1, 3000)
-    lo, hi = stats.median_ci(small)
-    assert lo <= stats.median(small) <= hi
-    lo2, hi2 = stats.median_ci(large)
+    lo, hi = summary.median_ci(small)
+    assert lo <= summary.median(small) <= hi
+    lo2, hi2 = summary.median_ci(large)
     assert (hi2 - lo2) < (hi - lo) / 3
-    assert np.isnan(stats.median_ci([1.0, 2.0, 3.0])[0])
+    assert np.isnan(summary.median_ci([1.0, 2.0, 3.0])[0])
 
 
 def test_slower_p_value_sees_a_shift_and_not_noise():
@@ -42,15 +43,15 @@ def test_slower_p_value_sees_a_shift_and_not_noise():
 
 
 def test_outlier_fraction():
-    assert stats.outlier_fraction([1.0] * 98 + [10.0, 11.0]) == pytest.approx(0.02)
+    assert summary.outlier_fraction([1.0] * 98 + [10.0, 11.0]) == pytest.approx(0.02)
 
 
 def test_add_metrics_computes_vendor_ratio_within_a_run():
     def row(impl, ms):
-        return CaseResult(Case(impl, 64, 4096, "float16", 128), Status.OK, samples=Samples((ms,) * 10, "", 0, 0, ""))
+        return CaseResult(Case(impl, 64, 4096, "float16", 128), RunStatus.OK, samples=Samples((ms,) * 10, "", 0, 0, ""))
 
     rows = bench.add_metrics([row("tilelang-hopper", 0.2), row("flash_mla", 0.1),
-                              CaseResult(Case("aiter", 64, 4096, "float16", 128), Status.SKIPPED)], vendor="flash_mla")
+                              CaseResult(Case("aiter", 64, 4096, "float16", 128), RunStatus.SKIPPED)], vendor="flash_mla")
     assert rows[0].vendor_ratio == pytest.approx(0.5)
     assert rows[1].vendor_ratio == pytest.approx(1.0)
     assert "tflops" not in rows[2].to_dict() and "vendor_ratio" not in rows[2].to_dict()
@@ -76,7 +77,7 @@ def test_a_grid_point_stays_on_one_gpu_so_every_ratio_is_a_same_gpu_ratio():
 
 def test_no_vendor_ratio_across_two_gpus():
     def row(impl, ms, gpu):
-        return CaseResult(Case(impl, 64, 4096, "float16", 128), Status.OK, samples=Samples((ms,) * 10, "", 0, 0, ""),
+        return CaseResult(Case(impl, 64, 4096, "float16", 128), RunStatus.OK, samples=Samples((ms,) * 10, "", 0, 0, ""),
                           gpu=gpu)
 
     rows = bench.add_metrics([row("tilelang-hopper", 0.2, 0), row("flash_mla", 0.1, 1)], vendor="flash_mla")

@@ -22,7 +22,7 @@ def run(args, cfg) -> int:
 
     import torch
 
-    from mlagate.case import Status
+    from mlagate.case import RunStatus
     from mlagate.measure import environment, grid
     from mlagate.report import text
 
@@ -54,7 +54,7 @@ def run(args, cfg) -> int:
     if args.out:
         grid.write_outputs(args.out, results, env)
         print(f"wrote {args.out} and {Path(args.out).with_suffix('.csv')}")
-    return exits.FAILED_CASES if any(r.status == Status.FAILED for r in results) else exits.OK
+    return exits.FAILED_CASES if any(r.status == RunStatus.FAILED for r in results) else exits.OK
 
 
 def _console():

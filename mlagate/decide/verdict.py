@@ -15,77 +15,16 @@ an error: the gate never passes by default.
 Every reason and warning is a ``Note``: code acts on its ``Kind``, never on its text.
 """
 
-import enum
 import math
 from dataclasses import dataclass, field
 
-from mlagate import exits
 from mlagate.case import case_label
 from mlagate.config import Config, Platform
 from mlagate.decide import stats
+from mlagate.measure.summary import median
+from mlagate.decide.notes import EXIT_CODE, Kind, Note, Outcome, Status
 from mlagate.store.results import CommitResults
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, ok_value
-
-
-class Status(enum.StrEnum):
-    """One case's verdict; the value is the string verdict.json and the report show."""
-    PASS = "pass"
-    REGRESSION = "regression"
-    ERROR = "error"
-    NO_BASELINE = "no_baseline"  # new in head (or base's result failed): only the vendor rules judge it
-    REMOVED = "removed"  # in base, not in head
-    SKIPPED = "skipped"  # skipped in head, and base has no result to compare
-
-
-class Outcome(enum.StrEnum):
-    """The whole verdict: an error outweighs a regression, which outweighs a pass."""
-    PASS = "pass"
-    REGRESSION = "regression"
-    ERROR = "error"
-
-
-# The gate's exit code per outcome; the codes themselves are mlagate/exits.py's.
-EXIT_CODE = {Outcome.PASS: exits.OK, Outcome.REGRESSION: exits.REGRESSION, Outcome.ERROR: exits.ERROR}
-
-
-class Kind(enum.StrEnum):
-    """What a note says, for code to act on; its text is for people."""
-    # reasons: why a case fails or is an error
-    NO_SAMPLES = "no_samples"
-    BAD_SAMPLES = "bad_samples"
-    TOO_FEW_SAMPLES = "too_few_samples"
-    LATENCY = "latency"  # slower than base past the screen
-    NO_RATIO = "no_ratio"  # the head results lack a vendor ratio the rules need
-    BAD_RATIO = "bad_ratio"
-    BELOW_FLOOR = "below_floor"
-    RATIO_DROP = "ratio_drop"
-    FAILED_IN_HEAD = "failed_in_head"
-    SKIPPED_IN_HEAD = "skipped_in_head"
-    BAD_REMEASURE = "bad_remeasure"
-    NO_GATED_CASES = "no_gated_cases"  # a verdict error
-    # warnings: reported, never a failure by themselves
-    NO_VENDOR_KERNEL = "no_vendor_kernel"  # gated on latency alone
-    KNOWN_GAP = "known_gap"  # below the floor, as base already was
-    DRIFT = "drift"
-    NOT_CONFIRMED = "not_confirmed"  # the interleaved re-measure cleared a flagged case
-    NO_REMEASURE = "no_remeasure"  # re-measures were made, none for this case
-    UNDER_THRESHOLD = "under_threshold"  # past the screen, under the threshold, not re-measured
-    REMOVED = "removed"
-    NO_BASE = "no_base"  # a new case, or base's result is not ok
-    # verdict warnings, added by the gate pipeline
-    UNCONFIRMED = "unconfirmed"  # cases were flagged and the gate ran without --confirm
-    NO_BUILD_REPORT = "no_build_report"  # base has a build report, head has none
-    UNREADABLE_RESULTS = "unreadable_results"  # of commits other than base and head
-
-
-@dataclass(frozen=True)
-class Note:
-    """A reason, warning or error: its kind decides, its text explains."""
-    kind: Kind
-    text: str
-
-    def __str__(self) -> str:
-        return self.text
 
 
 @dataclass
@@ -181,7 +120,7 @@ def _latency(cv: CaseVerdict, base, head, cfg: Config):
         _fail(cv, Kind.TOO_FEW_SAMPLES, f"too few samples: base {len(base.samples)}, head {len(head.samples)} "
                                         f"(gate.latency.min_samples = {g.min_samples})", Status.ERROR)
         return
-    cv.base_median_s, cv.head_median_s = stats.median(base.samples), stats.median(head.samples)
+    cv.base_median_s, cv.head_median_s = median(base.samples), median(head.samples)
     cv.change = cv.head_median_s / cv.base_median_s - 1
     cv.p_value = stats.slower_p_value(base.samples, head.samples)
     if _past(cv.change, cv.p_value, g.screen, g.alpha):
@@ -225,7 +164,7 @@ def _drift(cv: CaseVerdict, history, cfg: Config):
     """Warn when head is slower than the best recent main-branch median."""
     g = cfg.gate
     recent = (r.entries(BENCH_TIME).get(cv.case) for r in history[-g.drift_lookback:])
-    medians = [stats.median(e.samples) for e in recent if e is not None and e.status == "ok" and e.samples]
+    medians = [median(e.samples) for e in recent if e is not None and e.status == "ok" and e.samples]
     if len(medians) < 2:
         return
     best = min(medians)

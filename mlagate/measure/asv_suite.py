@@ -6,10 +6,9 @@ import math
 import os
 
 from mlagate import config as config_mod
-from mlagate.case import Case, Status
+from mlagate.case import PARAM_NAMES, Case, RunStatus
 from mlagate.measure.timer import EventClock
 from mlagate.measure.environment import device, platform
-from mlagate.store.results_file import PARAM_NAMES
 
 CONFIG = config_mod.load(os.environ.get("MLAGATE_CONFIG"))
 _timing = CONFIG.timing
@@ -91,9 +90,9 @@ def require_measured(measured, *key):
     result = measured.get(Case(*key))
     if result is None:
         raise NotImplementedError("not measured (no GPU, or not in this run's grid)")
-    if result.status == Status.SKIPPED:
+    if result.status == RunStatus.SKIPPED:
         raise NotImplementedError(result.reason)
-    if result.status == Status.FAILED:
+    if result.status == RunStatus.FAILED:
         raise RuntimeError(f"{result.case.label()} failed: {result.reason}")
 
 

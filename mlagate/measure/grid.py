@@ -15,9 +15,9 @@ import tempfile
 import threading
 from dataclasses import asdict, replace
 
-from mlagate.case import Case, CaseResult, Status
+from mlagate.case import Case, CaseResult, RunStatus
 from mlagate.config import ROOT, Timing
-from mlagate.decide import stats
+from mlagate.measure import summary
 from mlagate.measure import metrics
 
 MARK = "@@mlagate "  # prefixes the worker's protocol lines; libraries may print too
@@ -107,7 +107,7 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
 
     def fail(failed, reason):
         for i in failed:
-            deliver(i, CaseResult(cases[i], Status.FAILED, reason, gpu=gpu))
+            deliver(i, CaseResult(cases[i], RunStatus.FAILED, reason, gpu=gpu))
 
     env = dict(os.environ)
     if gpu is not None:
@@ -176,8 +176,8 @@ def add_metrics(results, *, peaks=None, vendor: str | None = None) -> list:
     out = []
     for r in results:
         times = r.samples.times_ms if r.samples else ()
-        if r.status == Status.OK and times:
-            s, c = stats.summary(times), r.case
+        if r.status == RunStatus.OK and times:
+            s, c = summary.describe(times), r.case
             work = metrics.flops(c.batch, c.heads, c.seqlen)
             traffic = metrics.bytes_moved(c.batch, c.heads, c.seqlen, c.dtype)
             r = replace(r, median_ms=s["median"], iqr_ms=s["iqr"], ci99_ms=(s["ci_low"], s["ci_high"]),
@@ -238,9 +238,9 @@ def _worker():
                 inputs = Inputs(case, device)
             result = measure_case(case, timing, inputs, device)
         except Exception as e:  # reported per case; the grid goes on
-            result = CaseResult(case, Status.FAILED, f"{type(e).__name__}: {e}"[:2000])
+            result = CaseResult(case, RunStatus.FAILED, f"{type(e).__name__}: {e}"[:2000])
         print(MARK + json.dumps({"event": "done", "index": index, "result": result.to_dict()}), flush=True)
-        if result.status == Status.FAILED:
+        if result.status == RunStatus.FAILED:
             try:
                 torch.cuda.synchronize()
             except Exception:  # the context is lost (e.g. illegal address): let a fresh worker go on

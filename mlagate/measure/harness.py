@@ -8,7 +8,7 @@ benchmarks and the gate's confirmation alike, so all time the same way.
 import torch
 
 from mlagate.measure import impls
-from mlagate.case import Case, CaseResult, Status
+from mlagate.case import Case, CaseResult, RunStatus
 from mlagate.config import Timing
 from mlagate.kernels import mla_decode
 from mlagate.measure.timer import time_gpu
@@ -64,10 +64,10 @@ def measure_case(case: Case, timing: Timing, inputs: Inputs, device) -> CaseResu
     try:
         launch, error = checked_launch(case.impl, inputs, device)
     except impls.Unavailable as e:
-        return CaseResult(case, Status.SKIPPED, str(e))
+        return CaseResult(case, RunStatus.SKIPPED, str(e))
     except WrongResult as e:
-        return CaseResult(case, Status.FAILED, f"wrong result: {e}")
+        return CaseResult(case, RunStatus.FAILED, f"wrong result: {e}")
     samples = time_gpu(launch, warmup_ms=timing.warmup_ms, rep_ms=timing.rep_ms, min_samples=timing.min_samples,
                        max_samples=timing.max_samples, cold_l2=timing.cold_l2, cuda_graph=timing.cuda_graph,
                        device=device)
-    return CaseResult(case, Status.OK, samples=samples, error=error)
+    return CaseResult(case, RunStatus.OK, samples=samples, error=error)

@@ -19,13 +19,13 @@ from pathlib import Path
 from urllib.parse import quote
 
 from mlagate import gitops
-from mlagate.case import Case, CaseResult, Status
+from mlagate.case import PARAM_NAMES, Case, CaseResult, RunStatus
 from mlagate.measure import environment
 from mlagate.report.plots import impl_order, ratio_png, tflops_png, trend_png
 from mlagate.store import record as recorder
 from mlagate.store.errors import StoreError
-from mlagate.store.results import Store
-from mlagate.store.results_file import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, PARAM_NAMES, ok_value
+from mlagate.store.results import Store, pick_machine
+from mlagate.store.results_file import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, ok_value
 
 PORT = 8080  # documented in docs/report.md: `python -m http.server 8080 --directory OUT`
 
@@ -111,7 +111,7 @@ def commit_rows(results) -> list:
     for key in set(time) | set(tflops):
         statuses = [e.status for e in (time.get(key), tflops.get(key)) if e is not None]
         latency_s = ok_value(time.get(key))
-        rows.append(CaseResult(Case(*key), Status("ok" if "ok" in statuses else statuses[0]),
+        rows.append(CaseResult(Case(*key), RunStatus("ok" if "ok" in statuses else statuses[0]),
                                median_ms=None if latency_s is None else latency_s * 1e3,
                                tflops=ok_value(tflops.get(key)), vendor_ratio=ok_value(ratio.get(key))))
     return rows
@@ -131,7 +131,7 @@ def platform_of(cfg, env: dict, rows) -> str | None:
     """The run's platform; without a record of it, the one whose vendor kernel ran."""
     if env.get("platform") in cfg.platforms:
         return env["platform"]
-    ran = {r.case.impl for r in rows if r.status == Status.OK}
+    ran = {r.case.impl for r in rows if r.status == RunStatus.OK}
     return next((name for name, p in cfg.platforms.items() if p.vendor in ran), None)
 
 
@@ -168,7 +168,7 @@ def run_line(env) -> str:
 def _cell(row, link) -> str:
     if row is None:
         return ""
-    if row.status != Status.OK or row.tflops is None:
+    if row.status != RunStatus.OK or row.tflops is None:
         return f'<span class="na" title="{_e(row.reason or "")}">{_e(row.status)}</span>'
     text = f"{row.tflops:.0f}" + (f" <small>{row.vendor_ratio:.2f}×</small>" if row.vendor_ratio is not None else "")
     return f'<a href="{_e(link)}">{text}</a>' if link else text
@@ -249,7 +249,6 @@ figure {{ margin: 0.8em 0; }} figcaption {{ color: #555; font-size: 90%; }} img 
 
 def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_json=None, last: int = 10) -> list:
     """Write OUT/asv (asv publish) and OUT/index.html with its PNGs; returns the store's skipped files."""
-    from mlagate.gate import pick_machine
 
     store = Store(results)
     machine = pick_machine(store, machine)

@@ -2,7 +2,7 @@
 
 from dataclasses import fields, is_dataclass
 
-from mlagate.decide.verdict import Note, Outcome, Status
+from mlagate.decide.notes import Note, Outcome, Status
 
 
 def _fmt(value, spec):
@@ -13,7 +13,7 @@ def bench_table(results, *, vendor: str | None = None):
     """CaseResults (with add_metrics' metrics) as a rich table."""
     from rich.table import Table
 
-    from mlagate.case import Status as CaseStatus  # not the verdict's Status
+    from mlagate.case import RunStatus
 
     table = Table(title="MLA decode", show_lines=False)
     for col in ("impl", "dtype", "heads", "batch", "seqlen", "latency µs", "±IQR", "TFLOPs", "GB/s", "roofline",
@@ -21,7 +21,7 @@ def bench_table(results, *, vendor: str | None = None):
         table.add_column(col, justify="right" if col not in ("impl", "dtype", "status") else "left")
     for r in results:
         c = r.case
-        if r.status != CaseStatus.OK:
+        if r.status != RunStatus.OK:
             table.add_row(c.impl, c.dtype, str(c.heads), str(c.batch), str(c.seqlen), "", "", "", "", "", "",
                           f"{r.status}: {r.reason or ''}"[:90])
             continue

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mlagate.case import case_label
 from mlagate.config import ROOT
-from mlagate.store.errors import StoreError
+from mlagate.store.errors import GateError, StoreError
 from mlagate.store.files import store_lock, write_once
 from mlagate.store.results_file import parse_results_file, read_json
 
@@ -163,6 +163,16 @@ class Store:
     def _problem(self, problem: Problem):
         if problem not in self.problems:  # loading twice reports once
             self.problems.append(problem)
+
+
+def pick_machine(store: Store, machine: str | None) -> str:
+    """The machine given, else the store's only one."""
+    machines = store.machines()
+    if machine:
+        return machine
+    if len(machines) == 1:
+        return machines[0]
+    raise GateError(f"{store.root}: {len(machines)} machines ({', '.join(machines) or 'none'}); pass --machine")
 
 
 def results_root(given=None) -> Path:

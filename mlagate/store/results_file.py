@@ -16,13 +16,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlagate.case import case_label
+from mlagate.case import PARAM_NAMES, case_label
 from mlagate.store.errors import StoreError
 
 BENCH_TIME = "mla_decode.TimeDecode.time_decode"
 BENCH_TFLOPS = "mla_decode.Throughput.track_tflops"
 BENCH_RATIO = "mla_decode.Throughput.track_vendor_ratio"
-PARAM_NAMES = ("impl", "batch", "seqlen", "dtype", "heads")
 # Results recorded before heads became a parameter were all measured at 128 heads.
 LEGACY_HEADS = 128
 
