@@ -12,6 +12,7 @@ from mlagate.config import Config
 from mlagate.decide import build_rules, verdict
 from mlagate.decide.notes import Kind, Note
 from mlagate.gitops import GitError, git, resolve
+from mlagate.report import comparison
 from mlagate.report import text as report
 from mlagate.store.errors import GateError, StoreError
 from mlagate.store.results import Store, pick_machine
@@ -78,7 +79,12 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
                                                        decided.warnings))
     decided.warnings += [Note(Kind.UNREADABLE_RESULTS, f"skipped unreadable results: {p}")
                          for p in store.problems]  # of other commits: drift only
-    return write_outputs(decided, loaded["head"], out_dir, cfg, arch=arch)
+    sides = comparison.Sides(machine, loaded["base"], loaded["head"],
+                             *(store.read_sidecar(machine, c, "env") for c in (base_commit, head_commit)),
+                             builds={t: tuple(store.read_sidecar(machine, c, build_rules.sidecar_kind(t))
+                                              for c in (base_commit, head_commit))
+                                     for t in build_rules.DEFAULT_TARGETS})
+    return write_outputs(decided, sides, out_dir, cfg, arch=arch)
 
 
 def refuse_corrupt(store: Store, name: str, commit: str):
@@ -148,18 +154,19 @@ def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config
     return found
 
 
-def write_outputs(verdict, head, out_dir: Path, cfg: Config, arch: str | None) -> GateOutput:
+def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) -> GateOutput:
     from mlagate.report.plots import tflops_png
     from mlagate.report.site import commit_rows
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = [r for r in commit_rows(head) if r.tflops is not None]
+    rows = [r for r in commit_rows(sides.head) if r.tflops is not None]
     plot = out_dir / "tflops.png" if rows else None
     if plot:
         tflops_png(plot, cfg, rows, arch)
+    page = comparison.write_page(out_dir, verdict, sides, cfg, threshold=cfg.gate.threshold)
     markdown = report.gate_markdown(verdict, plot="tflops.png" if plot else None,
-                                    vendor=cfg.platform(verdict.platform).vendor)
-    files = {"markdown": out_dir / "gate.md", "json": out_dir / "verdict.json"}
+                                    vendor=cfg.platform(verdict.platform).vendor, page=page.name)
+    files = {"markdown": out_dir / "gate.md", "json": out_dir / "verdict.json", "comparison": page}
     files["markdown"].write_text(markdown)
     files["json"].write_text(json.dumps(report.verdict_dict(verdict), indent=1, default=str))
     if plot:

@@ -5,6 +5,7 @@ import os
 import platform as _platform
 import subprocess
 import time
+from pathlib import Path
 
 from mlagate import gitops
 
@@ -36,6 +37,12 @@ def _version(module: str) -> str | None:
     except Exception:  # a missing or broken package is recorded, not fatal
         return None
     return getattr(mod, "__version__", "unknown")
+
+
+def gpu_host() -> bool:
+    """Whether this machine has a GPU driver's device nodes (NVIDIA or AMD's KFD), whatever torch
+    makes of them: a host whose GPU fails must fail its benchmark, not be taken for a CPU machine."""
+    return any(Path(p).exists() for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd"))
 
 
 def device():

@@ -134,3 +134,31 @@ def calibration_plot(curves, path, *, threshold) -> str:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return str(path)
+
+
+def distributions_png(path, cases, *, threshold: float) -> None:
+    """cases: [(label, base samples, head samples, regressed)], top row first. Every sample of both
+    sides relative to base's median, one row per case, so every case shares one axis."""
+    import numpy as np
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9.5, 0.42 * len(cases) + 1.3), layout="constrained")
+    rng = np.random.default_rng(0)  # the jitter only spreads the dots; it never moves a value
+    for row, (label, base, head, regressed) in enumerate(cases):
+        base, head = np.asarray(base, dtype=float), np.asarray(head, dtype=float)
+        reference = np.median(base)
+        for side, values, offset, color in (("base", base, 0.17, "0.55"), ("head", head, -0.17,
+                                                                           "C3" if regressed else "C0")):
+            rel = (values / reference - 1) * 100
+            y = -row + offset + rng.uniform(-0.09, 0.09, len(rel))
+            ax.scatter(rel, y, s=5, color=color, alpha=0.45, linewidths=0, label=side if row == 0 else None)
+            ax.plot([np.median(rel)] * 2, [-row + offset - 0.14, -row + offset + 0.14], color=color, lw=2.2)
+    ax.axvline(threshold * 100, color="C3", ls="--", lw=1, label=f"threshold +{threshold:.1%}")
+    ax.axvline(0, color="0.3", lw=0.8)
+    ax.set_yticks([-i for i in range(len(cases))], [c[0] for c in cases], fontsize=8)
+    ax.set_ylim(-len(cases) + 0.5, 0.5)
+    ax.set_xlabel("latency relative to base's median (%); bars: medians")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -8,7 +8,6 @@ for the last N commits, each case's median latency; links into asv's graphs;
 and the hardware and software of the runs. It reads the store; it measures nothing.
 """
 
-import html
 import json
 import os
 import re
@@ -20,7 +19,10 @@ from urllib.parse import quote
 
 from mlagate import gitops
 from mlagate.case import PARAM_NAMES, Case, CaseResult, RunStatus
+from mlagate.decide import verdict
+from mlagate.decide.notes import Outcome
 from mlagate.measure import environment
+from mlagate.report.page import STYLE, escape, table
 from mlagate.report.plots import impl_order, ratio_png, tflops_png, trend_png
 from mlagate.store import record as recorder
 from mlagate.store.errors import StoreError
@@ -137,16 +139,6 @@ def platform_of(cfg, env: dict, rows) -> str | None:
 
 # -- the page --------------------------------------------------------------------
 
-def _e(value) -> str:
-    return html.escape(str(value))
-
-
-def _table(header, body, cls="") -> str:
-    head = "".join(f"<th>{h}</th>" for h in header)
-    rows = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in body)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
-
-
 def env_table(runs) -> str:
     """runs: [(title, env record or None)]; a missing record or field reads 'not recorded'."""
     body = []
@@ -154,24 +146,24 @@ def env_table(runs) -> str:
         cells = []
         for _, env in runs:
             value = read((env or {}).get("start") or {}, (env or {}).get("end") or {})
-            cells.append(_e(value) if value not in (None, "") else '<span class="na">not recorded</span>')
-        body.append([_e(label), *cells])
-    return _table(["", *(_e(title) for title, _ in runs)], body, "env")
+            cells.append(escape(value) if value not in (None, "") else '<span class="na">not recorded</span>')
+        body.append([escape(label), *cells])
+    return table(["", *(escape(title) for title, _ in runs)], body, "env")
 
 
 def run_line(env) -> str:
     """GPU, driver and library versions of a run, on one line."""
     parts = environment.headline(env)
-    return " · ".join(map(_e, parts)) or '<span class="na">hardware and versions not recorded</span>'
+    return " · ".join(map(escape, parts)) or '<span class="na">hardware and versions not recorded</span>'
 
 
 def _cell(row, link) -> str:
     if row is None:
         return ""
     if row.status != RunStatus.OK or row.tflops is None:
-        return f'<span class="na" title="{_e(row.reason or "")}">{_e(row.status)}</span>'
+        return f'<span class="na" title="{escape(row.reason or "")}">{escape(row.status)}</span>'
     text = f"{row.tflops:.0f}" + (f" <small>{row.vendor_ratio:.2f}×</small>" if row.vendor_ratio is not None else "")
-    return f'<a href="{_e(link)}">{text}</a>' if link else text
+    return f'<a href="{escape(link)}">{text}</a>' if link else text
 
 
 def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, in_asv: set) -> str:
@@ -179,8 +171,8 @@ def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, i
     start = env.get("start") or {}
     arch, platform = start.get("arch"), platform_of(cfg, start, rows)
     tflops_png(out / "tflops.png", cfg, rows, arch)
-    roof = (f"dashed: the roofline of {_e(arch)} from perf.yml" if cfg.peaks(arch)
-            else f"no roofline: perf.yml has none for arch {_e(arch or 'not recorded')}")
+    roof = (f"dashed: the roofline of {escape(arch)} from perf.yml" if cfg.peaks(arch)
+            else f"no roofline: perf.yml has none for arch {escape(arch or 'not recorded')}")
     html_ = [f"<h2>Newest run: {source}</h2>",
              f'<figure><img src="tflops.png" alt="TFLOPs vs seqlen per implementation and batch">'
              f"<figcaption>TFLOPs vs seqlen; {roof}.</figcaption></figure>"]
@@ -188,7 +180,7 @@ def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, i
         p, floor = cfg.platform(platform), cfg.gate.ratio[platform].floor
         ratio_png(out / "vendor_ratio.png", cfg, rows, platform)
         html_.append(f'<figure><img src="vendor_ratio.png" alt="vendor ratio per case, gate floor {floor:.2f}">'
-                     f"<figcaption>TFLOPs of {_e(p.tilelang)} over {_e(p.vendor)} (platform {platform}); "
+                     f"<figcaption>TFLOPs of {escape(p.tilelang)} over {escape(p.vendor)} (platform {platform}); "
                      f"red dashed: the gate's floor {floor:.2f}.</figcaption></figure>")
     else:
         html_.append('<p class="na">No vendor ratio: the platform is not recorded and no vendor kernel ran.</p>')
@@ -198,14 +190,32 @@ def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, i
     def cell(case):
         return _cell(by_case.get(case), asv_url(BENCH_TFLOPS, machine, case) if case in in_asv else None)
 
-    body = [[*(_e(str(v)) for v in point)] + [cell(Case(i, *point)) for i in impls]
+    body = [[*(escape(str(v)) for v in point)] + [cell(Case(i, *point)) for i in impls]
             for point in sorted({c.key[1:] for c in by_case}, key=lambda p: (p[3], p[0], p[1], p[2]))]
     html_.append("<p>TFLOPs per case, <small>× vendor</small> beside it; a link opens the case's history in asv."
-                 "</p>" + _table([*PARAM_NAMES[1:], *map(_e, impls)], body, "cases"))
+                 "</p>" + table([*PARAM_NAMES[1:], *map(escape, impls)], body, "cases"))
     return "".join(html_)
 
 
-def trend_section(cfg, out: Path, recent: list, machine: str) -> str:
+def gate_marks(cfg, history: list, envs: dict) -> dict:
+    """commit -> (outcome, drift count): the gate's rules on each commit against the one recorded before it,
+    from the stored samples alone (no interleaved re-measure), with the commits before it as drift history."""
+    marks = {}
+    for i in range(1, len(history)):
+        platform = (envs.get(history[i].commit) or {}).get("platform")
+        if platform in cfg.platforms:
+            v = verdict.evaluate(history[i - 1], history[i], cfg, platform, history=history[:i])
+            marks[history[i].commit] = (v.outcome, sum(1 for c in v.cases if c.drift))
+    return marks
+
+
+def _mark(commit, marks) -> str:
+    outcome, drifts = marks.get(commit, (None, 0))
+    text = {Outcome.REGRESSION: ' <span class="bad">✗ gate</span>', Outcome.ERROR: ' <span class="bad">⛔ gate</span>'}
+    return text.get(outcome, "") + (f" <small>drift ×{drifts}</small>" if drifts else "")
+
+
+def trend_section(cfg, out: Path, recent: list, machine: str, marks: dict) -> str:
     """The median latency of every case over the recent commits (oldest first)."""
     series = {}
     for i, r in enumerate(recent):
@@ -213,30 +223,26 @@ def trend_section(cfg, out: Path, recent: list, machine: str) -> str:
             series.setdefault(Case(*key), [None] * len(recent))[i] = ok_value(entry)
     trend_png(out / "trend.png", cfg, recent, series)
     order = {impl: n for n, impl in enumerate(impl_order(cfg, [c.impl for c in series]))}
-    body = [[f'<a href="{_e(asv_url(BENCH_TIME, machine, c))}">{_e(c.impl)}</a>', *map(_e, c.key[1:])]
+    body = [[f'<a href="{escape(asv_url(BENCH_TIME, machine, c))}">{escape(c.impl)}</a>', *map(escape, c.key[1:])]
             + [f"{v * 1e6:.1f}" if v is not None else '<span class="na">—</span>' for v in values]
             for c, values in sorted(series.items(), key=lambda kv: (order[kv[0].impl], kv[0].key[1:]))]
     branches = ", ".join(json.loads((gitops.REPO / "asv.conf.json").read_text()).get("branches", []))
-    return (f"<h2>Trend: the last {len(recent)} commits recorded on {_e(machine)}</h2>"
+    return (f"<h2>Trend: the last {len(recent)} commits recorded on {escape(machine)}</h2>"
             '<figure><img src="trend.png" alt="median latency per commit for each case"><figcaption>Median '
             "latency (µs) per commit, ordered by commit date. asv's graphs show only the commits on "
-            f"{_e(branches)}.</figcaption></figure>"
-            + _table([*PARAM_NAMES, *(f"<code>{r.commit[:8]}</code>" for r in recent)],
-                     body, "trend"))
+            f"{escape(branches)}.</figcaption></figure>"
+            + "<p>Under each commit: <span class=\"bad\">✗ gate</span> where the gate's rules fail it against the "
+            "commit recorded before it (stored samples, no re-measure), and how many cases drifted from the best "
+            "recent result.</p>"
+            + table([*PARAM_NAMES, *(f"<code>{r.commit[:8]}</code>{_mark(r.commit, marks)}" for r in recent)],
+                    body, "trend"))
 
 
 PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">
+<meta name="viewport" content="width=device-width, initial-scale=1">
 <title>MLA decode performance: {machine}</title>
-<style>
-body {{ font: 14px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 1300px; padding: 0 1em; color: #222; }}
-h1 {{ margin-bottom: 0.2em; }} h2 {{ margin-top: 1.6em; border-bottom: 1px solid #ddd; }}
-table {{ border-collapse: collapse; margin: 0.6em 0; }}
-th, td {{ border: 1px solid #ddd; padding: 2px 8px; text-align: right; }}
-th {{ background: #f4f4f4; }} table.env td, table.env th {{ text-align: left; }}
-figure {{ margin: 0.8em 0; }} figcaption {{ color: #555; font-size: 90%; }} img {{ max-width: 100%; }}
-.na {{ color: #999; }} small {{ color: #666; }} a {{ color: #0550ae; }}
-</style></head>
+<style>{style}</style></head>
 <body>
 <h1>MLA decode performance: {machine}</h1>
 <p>{run_line}<br>Newest commit <code>{commit}</code> of {count} recorded. asv's pages: {links}</p>
@@ -265,19 +271,19 @@ def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_js
     if bench_json:
         rows, env = bench_rows(bench_json)
         runs.insert(0, (f"full-grid bench {Path(bench_json).name}", env))
-        source = f"full-grid bench <code>{_e(Path(bench_json).name)}</code>"
+        source = f"full-grid bench <code>{escape(Path(bench_json).name)}</code>"
     else:
         rows, source = commit_rows(newest), f"asv results of <code>{newest.commit[:8]}</code>"
     in_asv = {Case(*key) for r in history for key in r.entries(BENCH_TIME)}
     links = " · ".join(['<a href="asv/index.html">all benchmarks</a>']
-                       + [f'<a href="{_e(asv_url(b, machine))}">{_e(b)}</a>' for b in (BENCH_TIME, BENCH_TFLOPS,
+                       + [f'<a href="{escape(asv_url(b, machine))}">{escape(b)}</a>' for b in (BENCH_TIME, BENCH_TFLOPS,
                                                                                       BENCH_RATIO)])
     if not offline:
         links += (f' <span class="na">(they load their scripts from CDNs; install {DEBIAN_PACKAGES} before '
                   "`mlagate report` to serve them offline)</span>")
-    page = PAGE.format(machine=_e(machine), run_line=run_line(runs[0][1]), commit=newest.commit[:8],
+    page = PAGE.format(style=STYLE, machine=escape(machine), run_line=run_line(runs[0][1]), commit=newest.commit[:8],
                        count=len(history), links=links, env=env_table(runs),
                        sections=newest_section(cfg, out, rows, runs[0][1] or {}, source, machine, in_asv)
-                       + trend_section(cfg, out, history[-last:], machine))
+                       + trend_section(cfg, out, history[-last:], machine, gate_marks(cfg, history, envs)))
     (out / "index.html").write_text(page)
     return [str(p) for p in store.problems]

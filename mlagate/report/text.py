@@ -58,7 +58,7 @@ def _texts(notes) -> str:
     return "; ".join(n.text for n in notes)
 
 
-def gate_markdown(verdict, *, plot: str | None = None, vendor: str = "vendor") -> str:
+def gate_markdown(verdict, *, plot: str | None = None, vendor: str = "vendor", page: str | None = None) -> str:
     lines = [f"## {TITLE[verdict.outcome]}", "",
              f"base `{verdict.base[:10]}` · head `{verdict.head[:10]}` · platform `{verdict.platform}`", ""]
     for e in verdict.errors:
@@ -86,6 +86,9 @@ def gate_markdown(verdict, *, plot: str | None = None, vendor: str = "vendor") -
     notes = [(c.label, w) for c in verdict.cases for w in c.warnings] + [("", w) for w in verdict.warnings]
     if notes:
         lines += ["", "### Notes", ""] + [f"- {label + ': ' if label else ''}{w.text}" for label, w in notes]
+    if page:
+        lines += ["", f"Every sample, each change's interval and the compiler resources that moved: `{page}` "
+                  "beside this file (in CI: the run's `perf-gate` artifact)."]
     if plot:
         lines += ["", f"![TFLOPs vs seqlen]({plot})"]
     return "\n".join(lines) + "\n"

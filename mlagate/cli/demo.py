@@ -1,0 +1,45 @@
+"""`mlagate demo`: the gate and the report on recorded H200 results, on any machine (no GPU needed).
+
+Replays a pair the repository keeps (tests/fixtures/h200/results: a quick-grid base and a head with a
+slowdown, recorded on an NVIDIA H200 on 2026-11-29) through the same gate and report code a GPU host
+runs. Nothing is measured here; every page says which GPU measured what, and when.
+"""
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from mlagate import exits
+from mlagate.config import ROOT
+from mlagate.decide.notes import Status
+
+HISTORY = ROOT / "tests" / "fixtures" / "h200" / "results"
+MACHINE = "h200"
+BASE = "b292e89299146d730f39171c242883358dbebc06"  # recorded 2026-11-29T10:47Z
+HEAD = "22e8a671f5b457b3f9725be37186cfdd3af3605a"  # the same tree with a GPU delay added, 10:48Z
+
+
+def add_parser(sub):
+    p = sub.add_parser("demo", help="gate and report recorded H200 results (no GPU needed)")
+    p.add_argument("--out", default="out/demo", help="folder for gate/ (the verdict, comparison.html) and report/")
+    p.set_defaults(func=run)
+
+
+def run(args, cfg) -> int:
+    from mlagate import gate
+    from mlagate.report import site
+
+    out = Path(args.out)
+    with tempfile.TemporaryDirectory(prefix="mlagate-demo-") as tmp:
+        results = Path(tmp) / "results"
+        shutil.copytree(HISTORY, results)  # the gate and asv publish read a copy: the history stays as kept
+        verdict = gate.run_gate(cfg, base_rev=BASE, head_rev=HEAD, results=results, out_dir=out / "gate",
+                                machine=MACHINE).verdict
+        site.build(cfg, results=results, out=out / "report", machine=MACHINE, last=cfg.gate.drift_lookback)
+    failing = [c.label for c in verdict.cases if c.status in (Status.REGRESSION, Status.ERROR)]
+    print(f"recorded H200 results of 2026-11-29 ({HISTORY.relative_to(ROOT)}), base {BASE[:8]}, head {HEAD[:8]}:")
+    print(f"verdict: {verdict.outcome} (a gate run would exit {verdict.exit_code})"
+          + (f"; {', '.join(failing)}" if failing else ""))
+    print(f"open {out / 'gate' / 'comparison.html'} (this pair) and {out / 'report' / 'index.html'} (the history); "
+          f"serve with `python -m http.server {site.PORT} --directory {out}`")
+    return exits.OK
