@@ -12,5 +12,6 @@ OK = 0
 REGRESSION = 1  # gate: head is slower or breaks a rule; build: a compiler-resource rule failed
 FAILED_CASES = 1  # bench: at least one case failed to run (crashed or gave a wrong result)
 BUSY = 1  # gpus: a container or another process holds the GPU
+CULPRIT = 1  # bisect: it named the commit that made the kernels slower
 OFF_TARGET = 1  # calibrate: the detection curve misses its targets at 0% or 5% slowdown
 ERROR = 2

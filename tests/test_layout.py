@@ -16,7 +16,7 @@ LAYERS = (
     {"mlagate.decide"},
     {"mlagate.build"},
     {"mlagate.report"},
-    {"mlagate.gate"},
+    {"mlagate.gate", "mlagate.bisect"},
     {"mlagate.cli"},
 )
 

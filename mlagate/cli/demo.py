@@ -1,8 +1,9 @@
 """`mlagate demo`: the gate and the report on recorded H200 results, on any machine (no GPU needed).
 
-Replays a pair the repository keeps (tests/fixtures/h200/results: a quick-grid base and a head with a
-slowdown, recorded on an NVIDIA H200 on 2026-11-29) through the same gate and report code a GPU host
-runs. Nothing is measured here; every page says which GPU measured what, and when.
+Replays a pair the repository keeps (tests/fixtures/h200/results, quick grid, recorded on an NVIDIA
+H200 on 2026-11-29: a base, and a head that forces 4 KV splits in the hopper config) through the same
+gate and report code a GPU host runs. Nothing is measured here; every page says which GPU measured
+what, and when.
 """
 
 import shutil
@@ -16,7 +17,7 @@ from mlagate.decide.notes import Status
 HISTORY = ROOT / "tests" / "fixtures" / "h200" / "results"
 MACHINE = "h200"
 BASE = "b292e89299146d730f39171c242883358dbebc06"  # recorded 2026-11-29T10:47Z
-HEAD = "22e8a671f5b457b3f9725be37186cfdd3af3605a"  # the same tree with a GPU delay added, 10:48Z
+HEAD = "22e8a671f5b457b3f9725be37186cfdd3af3605a"  # the hopper config forced to 4 KV splits, 10:48Z
 
 
 def add_parser(sub):

@@ -37,8 +37,8 @@ class _Lead:
     A call is timed only if the host had queued it before the GPU reached its
     start event (the event is still pending once the call returns). Otherwise
     the GPU sat idle after the start event while Python launched the call: a
-    short kernel behind a slow wrapper would measure the host (FlashMLA, 41 µs
-    at b64 s1k, read +73% in some rounds on an H200). Such a call is dropped
+    short kernel behind a slow wrapper would measure the host (docs/measurements.md,
+    host-side costs). Such a call is dropped
     and a spin kernel, twice as long as the last, is queued to regain a lead.
     """
 

@@ -1,0 +1,138 @@
+"""`mlagate bisect`'s pipeline: which first-parent commit between good and bad made the kernels slower.
+
+Each commit it looks at goes through the normal `record` path (its latency samples land in the history,
+only for the drifting implementations and dtypes) and then through the interleaved re-measure against
+good, whose change decides (mlagate/decide/bisect.py). A commit whose record or re-measure fails (does not
+build, wrong result) is skipped and named. Without --good, good is the recorded main commit with the best
+median of the case that drifted most among the last gate.drift.lookback: where the drift warning looks.
+"""
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from mlagate import gitops
+from mlagate.case import Case
+from mlagate.config import Config
+from mlagate.decide import bisect
+from mlagate.gitops import git
+from mlagate.measure.summary import median
+from mlagate.store.errors import GateError, StoreError
+from mlagate.store.results import Store
+from mlagate.store.results_file import BENCH_TIME
+
+TILELANG_PREFIX = "tilelang-"  # only the TileLang kernels change from commit to commit
+
+
+def first_parent_commits(good: str, bad: str) -> list:
+    """good, then every first-parent commit after it up to bad."""
+    commits = [good, *git("rev-list", "--first-parent", "--reverse", f"{good}..{bad}").split()]
+    if commits[-1] != bad:
+        raise GateError(f"{bad[:10]} is not a first-parent descendant of {good[:10]}: nothing to bisect")
+    return commits
+
+
+def _medians(results) -> dict:
+    return {Case(*key): median(e.samples) for key, e in results.entries(BENCH_TIME).items()
+            if key[0].startswith(TILELANG_PREFIX) and e.status == "ok" and e.samples}
+
+
+def drift(history: list, bad, max_slowdown: float) -> tuple:
+    """(good commit, drifting cases): bad's TileLang cases at least ``max_slowdown`` slower than their best
+    median in ``history`` (recorded main commits before bad); good holds the best of the worst one."""
+    now, worst = _medians(bad), {}
+    for case, value in now.items():
+        recorded = [(m, r.commit) for r in history if (m := _medians(r).get(case)) is not None]
+        if recorded:
+            best, commit = min(recorded)
+            if value / best - 1 >= max_slowdown:
+                worst[case] = (value / best - 1, commit)
+    if not worst:
+        return None, []
+    good = max(worst.values())[1]
+    return good, sorted(worst, key=lambda c: c.key)
+
+
+def run_bisect(cfg: Config, *, bad_rev: str, results: Path, machine: str, good_rev=None, grid="quick",
+               echo=print) -> tuple:
+    """(bisect.Result, cases): record what is missing, re-measure, search."""
+    from mlagate.gate import commit_of, main_history
+    from mlagate.store.record import record
+
+    store = Store(results)
+    bad = commit_of(bad_rev)
+    if store.load(machine, bad) is None:
+        record(bad, results=store.root, machine=machine, grid=grid, echo=echo)
+    history = [r for r in main_history(store, machine, bad, cfg.gate.drift_lookback) if r.commit != bad]
+    if good_rev is None:
+        good, cases = drift(history[-cfg.gate.drift_lookback:], store.load(machine, bad), cfg.gate.drift_max_slowdown)
+        if good is None:
+            return bisect.Result(bisect.Finding.NO_DRIFT, [bad]), []
+    else:
+        good = commit_of(good_rev)
+        if store.load(machine, good) is None:
+            record(good, results=store.root, machine=machine, grid=grid, echo=echo)
+        good_medians, bad_medians = _medians(store.load(machine, good)), _medians(store.load(machine, bad))
+        cases = sorted((c for c in bad_medians if c in good_medians
+                        and bad_medians[c] / good_medians[c] - 1 >= cfg.gate.threshold), key=lambda c: c.key)
+        if not cases:
+            return bisect.Result(bisect.Finding.NO_DRIFT, [good, bad]), []
+    commits = first_parent_commits(good, bad)
+    echo(f"bisecting {len(commits) - 1} commit(s) after {good[:10]} on {len(cases)} case(s): "
+         + ", ".join(c.label() for c in cases))
+    change_of = _measurer(cfg, store, machine, good, cases, grid, echo)
+    return bisect.search(commits, change_of, cfg.gate.threshold), cases
+
+
+def _measurer(cfg, store, machine, good, cases, grid, echo):
+    from mlagate.measure import interleaved
+    from mlagate.measure.harness import WrongResult
+    from mlagate.store.record import record
+
+    from mlagate.store.record import gpu_available
+
+    if not gpu_available():  # an error, not a commit to skip: nothing here can be measured
+        raise ValueError("no GPU: mlagate bisect records and re-measures on a CUDA or ROCm GPU; nothing was stored")
+    impls, dtypes = sorted({c.impl for c in cases}), sorted({c.dtype for c in cases})
+
+    def change_of(commit: str):
+        try:
+            if store.load(machine, commit) is None:
+                record(commit, results=store.root, machine=machine, grid=grid, dtypes=dtypes, impls=impls,
+                       bench_regex="TimeDecode", echo=echo)
+            entries = store.load(machine, commit).entries(BENCH_TIME)
+            broken = [c.label() for c in cases if getattr(entries.get(c.key), "status", None) != "ok"]
+            if broken:
+                echo(f"skip {commit[:10]}: not measured in its record ({', '.join(broken)})")
+                return None
+            pairs = interleaved.interleaved(cases, gitops.REPO, good, commit, cfg.timing, cfg.gate.confirm_rounds)
+        except (StoreError, GateError, interleaved.ConfirmError, WrongResult, ValueError) as e:
+            echo(f"skip {commit[:10]}: {type(e).__name__}: {e}")
+            return None
+        change = max(median(head) / median(base) - 1 for base, head in pairs.values())
+        echo(f"{commit[:10]}: {change:+.1%} against {good[:10]} (interleaved)")
+        return change
+
+    return change_of
+
+
+def write_outputs(result: bisect.Result, cases, out: Path, machine: str) -> dict:
+    """bisect.md (the table and the commands to reproduce) and bisect.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"## mlagate bisect: {result.finding}", "", result.text(), ""]
+    if cases:
+        lines += ["Cases: " + ", ".join(f"`{c.label()}`" for c in cases), ""]
+    if result.steps:
+        lines += ["| commit | change against good (interleaved) | side |", "|---|---:|---|"]
+        for s in result.steps:
+            side = "skipped" if s.change is None else "bad" if s.bad else "good"
+            change = "—" if s.change is None else f"{s.change:+.1%}"
+            lines.append(f"| `{s.commit[:10]}` | {change} | {side} |")
+    if len(result.commits) > 1:
+        lines += ["", "Reproduce: `mlagate bisect --good " + result.commits[0] + " --bad " + result.commits[-1]
+                  + f" --machine {machine}`"]
+    files = {"markdown": out / "bisect.md", "json": out / "bisect.json"}
+    files["markdown"].write_text("\n".join(lines) + "\n")
+    files["json"].write_text(json.dumps({**asdict(result), "cases": [c.key for c in cases],
+                                         "text": result.text()}, indent=1))
+    return files

@@ -1,0 +1,30 @@
+"""`mlagate bisect`: which commit between good and bad made the kernels slower. Exit 1: a culprit was named."""
+
+from pathlib import Path
+
+from mlagate import exits
+
+
+def add_parser(sub):
+    p = sub.add_parser("bisect", help="find the first slow commit between good and bad (records, re-measures)")
+    p.add_argument("--bad", default="HEAD", help="the slow commit (default HEAD)")
+    p.add_argument("--good", default=None,
+                   help="a fast commit before it (default: the recorded main commit the drift warning compares with)")
+    p.add_argument("--machine", required=True, help="asv machine name")
+    p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
+    p.add_argument("--grid", default="quick", choices=("quick", "full"), help="grid for the records it makes")
+    p.add_argument("--out", default="out/bisect", help="folder for bisect.md and bisect.json")
+    p.set_defaults(func=run)
+
+
+def run(args, cfg) -> int:
+    from mlagate import bisect
+    from mlagate.decide.bisect import Finding
+    from mlagate.store.results import results_root
+
+    result, cases = bisect.run_bisect(cfg, bad_rev=args.bad, good_rev=args.good, results=results_root(args.results),
+                                      machine=args.machine, grid=args.grid)
+    files = bisect.write_outputs(result, cases, Path(args.out), args.machine)
+    print(files["markdown"].read_text())
+    print(f"wrote {', '.join(str(p) for p in files.values())}")
+    return exits.CULPRIT if result.finding is Finding.CULPRIT else exits.OK

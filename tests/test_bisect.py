@@ -1,0 +1,119 @@
+"""`mlagate bisect` on a CPU: the search, skip and verdict logic on recorded H200 samples, and the
+pipeline's refusals. The GPU run (records and interleaved re-measures) is in the README."""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gate_fixtures as fx
+from mlagate import cli, config
+from mlagate.bisect import drift
+from mlagate.decide.bisect import Finding, search
+from mlagate.store.results import Store
+
+NOISE = Path(__file__).parent / "fixtures" / "h200" / "noise_study_2026-11-29.json"
+THRESHOLD = config.load().gate.threshold
+
+
+def recorded_rounds():
+    return [np.asarray(r, dtype=float) for r in json.loads(NOISE.read_text())["tilelang-hopper b=64 s=1024 float16"]
+            ["samples"]]
+
+
+def series(slowdowns, seed):
+    """change_of for commits c0 (good) .. cN, as the interleaved re-measure sees them: good's and the commit's
+    samples both drawn from one recorded round (they are timed in alternation), the commit's slowed by its
+    slowdown; each call another round. Counts the calls."""
+    rounds, rng = recorded_rounds(), np.random.default_rng(seed)
+    commits = [f"{i:040x}" for i in range(len(slowdowns))]
+    calls = []
+
+    def change_of(commit):
+        calls.append(commit)
+        i = commits.index(commit)
+        samples = rounds[rng.integers(len(rounds))]
+        base, head = rng.choice(samples, 300), rng.choice(samples, 300)
+        return float(np.median(head * (1 + slowdowns[i])) / np.median(base) - 1)
+
+    return commits, change_of, calls
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("n, at", [(9, 4), (9, 1), (9, 8), (16, 11)])
+def test_a_step_in_the_middle_is_named_within_log2_plus_one_measurements(n, at, seed):
+    commits, change_of, calls = series([0.0] * at + [0.06] * (n - at), seed)
+    result = search(commits, change_of, THRESHOLD)
+    assert (result.finding, result.culprit, result.last_good) == (Finding.CULPRIT, commits[at], commits[at - 1])
+    assert len(calls) <= math.ceil(math.log2(n - 1)) + 1
+    assert 0.06 - THRESHOLD / 2 < result.step_change < 0.06 + THRESHOLD / 2
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_slowdown_names_no_commit(seed):
+    commits, change_of, calls = series([0.0] * 9, seed)
+    result = search(commits, change_of, THRESHOLD)
+    assert (result.finding, result.culprit, calls) == (Finding.NO_DRIFT, None, [commits[-1]])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_drift_spread_over_commits_is_called_gradual(seed):
+    commits, change_of, _ = series([0.012 * i for i in range(9)], seed)
+    result = search(commits, change_of, THRESHOLD)
+    assert result.finding is Finding.GRADUAL
+    assert result.step_change < THRESHOLD and "gradual" in result.text()
+
+
+def test_a_skipped_commit_is_stepped_around_and_named_when_it_hides_the_step():
+    commits, change_of, _ = series([0.0] * 4 + [0.06] * 5, 0)
+    skip = {commits[4]}  # the culprit itself cannot be measured (does not build)
+    result = search(commits, lambda c: None if c in skip else change_of(c), THRESHOLD)
+    assert result.finding is Finding.UNTESTABLE and result.skipped == [commits[4]]
+    assert (result.last_good, result.culprit) == (commits[3], commits[5])
+
+    skip = {commits[2]}  # a good commit that cannot be measured: the search goes around it
+    result = search(commits, lambda c: None if c in skip else change_of(c), THRESHOLD)
+    assert (result.finding, result.culprit) == (Finding.CULPRIT, commits[4])
+    assert result.skipped == []
+
+
+def test_an_unmeasurable_bad_commit_says_so():
+    result = search(["a" * 40, "b" * 40], lambda c: None, THRESHOLD)
+    assert result.finding is Finding.UNMEASURED and "could not be measured" in result.text()
+
+
+def test_good_is_the_recorded_commit_the_drift_warning_compares_with(tmp_path):
+    store = Store(fx.RESULTS)
+    base, slow, docs = (store.load(fx.MACHINE, c) for c in (fx.BASE, fx.SLOW, fx.DOCS))
+    good, cases = drift([base], slow, max_slowdown=0.05)
+    assert good == fx.BASE and {c.impl for c in cases} == {"tilelang-hopper"} and len(cases) == 2
+    assert drift([base], docs, max_slowdown=0.05) == (None, [])
+
+
+def test_the_command_refuses_without_a_gpu_and_stores_nothing(tmp_path, capsys, monkeypatch):
+    import mlagate.bisect as pipeline
+
+    results = tmp_path / "results"
+    shutil.copytree(fx.RESULTS, results)
+    before = sorted(p.name for p in (results / fx.MACHINE).iterdir())
+    monkeypatch.setattr(pipeline, "first_parent_commits", lambda good, bad: [good, bad])
+    code = cli.main(["bisect", "--good", fx.BASE, "--bad", fx.SLOW, "--machine", fx.MACHINE,
+                     "--results", str(results), "--out", str(tmp_path / "out")])
+    assert code == 2 and "no GPU" in capsys.readouterr().err
+    assert sorted(p.name for p in (results / fx.MACHINE).iterdir()) == before
+
+
+def test_no_drift_between_recorded_commits_exits_0_without_measuring(tmp_path, capsys):
+    code = cli.main(["bisect", "--good", fx.BASE, "--bad", fx.DOCS, "--machine", fx.MACHINE,
+                     "--results", str(fx.RESULTS), "--out", str(tmp_path)])
+    assert code == 0
+    assert json.loads((tmp_path / "bisect.json").read_text())["finding"] == "no_drift"
+
+
+def test_a_bad_commit_that_is_not_after_good_is_an_error(tmp_path, capsys):
+    code = cli.main(["bisect", "--good", fx.SLOW, "--bad", "HEAD", "--machine", fx.MACHINE,
+                     "--results", str(fx.RESULTS), "--out", str(tmp_path)])
+    assert code == 2
