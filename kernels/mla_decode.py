@@ -111,8 +111,8 @@ def config_for_arch(arch: str) -> TileConfig:
 def resolve_num_split(shape: Shape, config: TileConfig, sm_count: int) -> int:
     """The config's split count, or for 0 the smallest power of two (<= 32) whose
     blocks occupy at least 90% of the SMs. Splitting costs a combine pass and
-    shorter loops: on an H200, batch 64 (128 blocks on 132 SMs) runs 424 TFLOPs
-    unsplit and 390 with two splits (notes/probe_splits_2026-11-29_h200.log)."""
+    shorter loops, so a grid that already fills the SMs runs faster unsplit
+    (measured: notes/probe_splits_2026-11-29_h200.log)."""
     if config.num_split:
         return config.num_split
     blocks = shape.batch * math.ceil(shape.heads / min(config.block_H, shape.heads))

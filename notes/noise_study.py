@@ -1,8 +1,8 @@
 """Noise study: how far apart are medians of the same case measured repeatedly?
 
 For each case, ROUNDS rounds interleaved across cases (A B C A B C ...), each
-round one median. Method "mlagate": time_gpu as configured in perf.yml (200 ms
-warm-up, cold L2 every sample, >= 50 samples). Method "do_bench":
+round one median. Method "mlagate": time_gpu as configured in perf.yml's timing
+(cold L2 every sample; warm-up and window as perf.yml has them when it runs). Method "do_bench":
 triton.testing.do_bench defaults (25 ms warm-up, 100 ms, its own cache flush),
 median. The GPU starts idle, as in CI. Prints spread = (max - min) / median and
 the stdev of the round medians; writes every sample to the JSON path given.

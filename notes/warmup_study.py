@@ -1,6 +1,6 @@
 """Does a longer warm-up make repeated medians agree within 1%? (H200, 2026-11-29)
 Same case, 12 rounds interleaved across cases, after a 5 s idle: warm-up 200 ms
-(perf.yml) vs 1000 ms; SM clock and temperature read after every round.
+(perf.yml's value then) vs 1000 ms; SM clock and temperature read after every round.
 Run: PYTHONPATH=$PWD python notes/warmup_study.py"""
 import statistics
 import time
