@@ -75,3 +75,10 @@ def test_every_package_folder_is_in_the_readme_layout_table():
     table = readme[readme.index("## Layout"):].split("\n## ", 1)[0]
     folders = sorted(f"mlagate/{p.parent.name}/" for p in PACKAGE.glob("*/__init__.py"))
     assert [f for f in folders if f"`{f}`" not in table] == []
+
+
+def test_the_names_perf_yml_may_use_are_the_implementations_there_are():
+    from mlagate import config
+    from mlagate.measure import impls
+
+    assert tuple(impls.PREPARE) == config.KNOWN_IMPLS

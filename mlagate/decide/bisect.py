@@ -45,6 +45,8 @@ class Result:
         if self.finding is Finding.CULPRIT:
             return (f"{self.culprit[:10]} is the first slow commit: {self.step_change:+.1%} against "
                     f"{self.last_good[:10]} (whole drift {total}, {len(self.steps)} commits measured)")
+        if self.finding is Finding.NO_DRIFT and self.total is None:
+            return "no drift: no case of the bad commit is slower than its best recent recorded result by the limit"
         if self.finding is Finding.NO_DRIFT:
             return f"no drift: the bad commit is {total} against the good one"
         if self.finding is Finding.GRADUAL:
