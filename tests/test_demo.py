@@ -99,15 +99,10 @@ def test_a_gpu_host_is_told_by_its_device_nodes(monkeypatch):
 
 @pytest.fixture(scope="module")
 def browser(demo_out, tmp_path_factory):
-    from test_report_browser import Chromium, Server, _skip_reason
+    from test_report_browser import serving
 
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    server, chromium = Server(demo_out), Chromium(tmp_path_factory.mktemp("chromium-profile"))
-    yield server.base, chromium
-    chromium.close()
-    server.close()
+    with serving(demo_out, tmp_path_factory.mktemp("chromium-profile")) as served:
+        yield served
 
 
 @pytest.mark.parametrize("page", ["gate/comparison.html", "report/index.html"])

@@ -10,6 +10,7 @@ screenshot from the full-grid asv record (docs/report-summary-h200.png).
 """
 
 import base64
+import contextlib
 import functools
 import http.server
 import json
@@ -214,15 +215,24 @@ def _skip_reason():
     return None
 
 
-@pytest.fixture(scope="module")
-def browser(report, tmp_path_factory):
+@contextlib.contextmanager
+def serving(root: Path, profile: Path):
+    """(base URL, Chromium) for the pages under root, served over HTTP; skips with the reason without a browser."""
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    server, chromium = Server(report), Chromium(tmp_path_factory.mktemp("chromium-profile"))
-    yield server.base, chromium
-    chromium.close()
-    server.close()
+    server, chromium = Server(root), Chromium(profile)
+    try:
+        yield server.base, chromium
+    finally:
+        chromium.close()
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def browser(report, tmp_path_factory):
+    with serving(report, tmp_path_factory.mktemp("chromium-profile")) as served:
+        yield served
 
 
 def _assert_clean(seen, base):
