@@ -281,9 +281,10 @@ def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_js
     if not offline:
         links += (f' <span class="na">(they load their scripts from CDNs; install {DEBIAN_PACKAGES} before '
                   "`mlagate report` to serve them offline)</span>")
+    marks = gate_marks(cfg, history[-(last + cfg.gate.drift_lookback):], envs)  # shown commits + drift's lookback
     page = PAGE.format(style=STYLE, machine=escape(machine), run_line=run_line(runs[0][1]), commit=newest.commit[:8],
                        count=len(history), links=links, env=env_table(runs),
                        sections=newest_section(cfg, out, rows, runs[0][1] or {}, source, machine, in_asv)
-                       + trend_section(cfg, out, history[-last:], machine, gate_marks(cfg, history, envs)))
+                       + trend_section(cfg, out, history[-last:], machine, marks))
     (out / "index.html").write_text(page)
     return [str(p) for p in store.problems]
