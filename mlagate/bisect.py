@@ -14,15 +14,13 @@ from pathlib import Path
 from mlagate import gitops
 from mlagate.case import Case
 from mlagate.config import Config
-from mlagate.decide import bisect
+from mlagate.decide import bisect, verdict
 from mlagate.gitops import git
+from mlagate.measure.impls import TILELANG_PREFIX  # only the TileLang kernels change between commits
 from mlagate.measure.summary import median
 from mlagate.store.errors import GateError, StoreError
 from mlagate.store.results import Store
 from mlagate.store.results_file import BENCH_TIME
-
-TILELANG_PREFIX = "tilelang-"  # only the TileLang kernels change from commit to commit
-
 
 def first_parent_commits(good: str, bad: str) -> list:
     """good, then every first-parent commit after it up to bad."""
@@ -42,7 +40,7 @@ def drift(history: list, bad, max_slowdown: float) -> tuple:
     median in ``history`` (recorded main commits before bad); good holds the best of the worst one."""
     now, worst = _medians(bad), {}
     for case, value in now.items():
-        recorded = [(m, r.commit) for r in history if (m := _medians(r).get(case)) is not None]
+        recorded = verdict.recent_medians(history, case.key)
         if recorded:
             best, commit = min(recorded)
             if value / best - 1 >= max_slowdown:
@@ -61,15 +59,15 @@ def run_bisect(cfg: Config, *, bad_rev: str, results: Path, machine: str, good_r
 
     store = Store(results)
     bad = commit_of(bad_rev)
+    good = None if good_rev is None else commit_of(good_rev)
     if store.load(machine, bad) is None:
         record(bad, results=store.root, machine=machine, grid=grid, echo=echo)
     history = [r for r in main_history(store, machine, bad, cfg.gate.drift_lookback) if r.commit != bad]
-    if good_rev is None:
+    if good is None:
         good, cases = drift(history[-cfg.gate.drift_lookback:], store.load(machine, bad), cfg.gate.drift_max_slowdown)
         if good is None:
             return bisect.Result(bisect.Finding.NO_DRIFT, [bad]), []
     else:
-        good = commit_of(good_rev)
         if store.load(machine, good) is None:
             record(good, results=store.root, machine=machine, grid=grid, echo=echo)
         good_medians, bad_medians = _medians(store.load(machine, good)), _medians(store.load(machine, bad))

@@ -75,15 +75,12 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     elif flagged:
         decided.warnings.append(Note(Kind.UNCONFIRMED, "flagged cases were not re-measured interleaved (run the "
                                      "gate with --confirm on the GPU host to rule out run-to-run noise)"))
-    verdict.add_build_findings(decided, build_findings(store, machine, base_commit, head_commit, cfg,
-                                                       decided.warnings))
-    decided.warnings += [Note(Kind.UNREADABLE_RESULTS, f"skipped unreadable results: {p}")
-                         for p in store.problems]  # of other commits: drift only
+    findings, builds = build_findings(store, machine, base_commit, head_commit, cfg, decided.warnings)
+    verdict.add_build_findings(decided, findings)
     sides = comparison.Sides(machine, loaded["base"], loaded["head"],
-                             *(store.read_sidecar(machine, c, "env") for c in (base_commit, head_commit)),
-                             builds={t: tuple(store.read_sidecar(machine, c, build_rules.sidecar_kind(t))
-                                              for c in (base_commit, head_commit))
-                                     for t in build_rules.DEFAULT_TARGETS})
+                             *(store.read_sidecar(machine, c, "env") for c in (base_commit, head_commit)), builds)
+    decided.warnings += [Note(Kind.UNREADABLE_RESULTS, f"skipped unreadable results: {p}")
+                         for p in store.problems]  # of other commits (drift), or base's env record (the page)
     return write_outputs(decided, sides, out_dir, cfg, arch=arch)
 
 
@@ -132,14 +129,15 @@ def head_platform(store: Store, machine: str, head: str, given: str | None, cfg:
     return platform, start.get("arch")
 
 
-def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config, warnings: list) -> list:
-    """Head's build reports (`mlagate build --record` sidecars) against base's, per target;
-    a head without a report that base has is a Note in ``warnings``."""
-    found = []
+def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config, warnings: list) -> tuple:
+    """(findings, {target: (base report, head report)}): head's build reports (`mlagate build --record`
+    sidecars) against base's, per target; a head without a report that base has is a Note in ``warnings``."""
+    found, builds = [], {}
     for target in build_rules.DEFAULT_TARGETS:
         kind = build_rules.sidecar_kind(target)
         base_report = store.read_sidecar(machine, base, kind, strict=True)
         head_report = store.read_sidecar(machine, head, kind, strict=True)
+        builds[target] = (base_report, head_report)
         if head_report is None:
             if base_report is not None:
                 warnings.append(Note(Kind.NO_BUILD_REPORT, f"no {kind} report for head {head[:8]} while base has "
@@ -151,7 +149,7 @@ def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config
             paths = [store.sidecar_path(machine, c, kind) for c, r in ((base, base_report), (head, head_report)) if r]
             raise GateError(f"{' and '.join(map(str, paths))}: not build reports the gate can compare "
                             f"({type(e).__name__}: {e})") from None
-    return found
+    return found, builds
 
 
 def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) -> GateOutput:
@@ -163,7 +161,7 @@ def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) 
     plot = out_dir / "tflops.png" if rows else None
     if plot:
         tflops_png(plot, cfg, rows, arch)
-    page = comparison.write_page(out_dir, verdict, sides, cfg, threshold=cfg.gate.threshold)
+    page = comparison.write_page(out_dir, verdict, sides, cfg)
     markdown = report.gate_markdown(verdict, plot="tflops.png" if plot else None,
                                     vendor=cfg.platform(verdict.platform).vendor, page=page.name)
     files = {"markdown": out_dir / "gate.md", "json": out_dir / "verdict.json", "comparison": page}

@@ -11,7 +11,9 @@ import pytest
 
 import gate_fixtures as fx
 from mlagate import cli, config
-from mlagate.bisect import drift
+from mlagate import gitops
+from mlagate.bisect import drift, first_parent_commits
+from mlagate.store.errors import GateError
 from mlagate.decide.bisect import Finding, search
 from mlagate.store.results import Store
 
@@ -117,3 +119,10 @@ def test_a_bad_commit_that_is_not_after_good_is_an_error(tmp_path, capsys):
     code = cli.main(["bisect", "--good", fx.SLOW, "--bad", "HEAD", "--machine", fx.MACHINE,
                      "--results", str(fx.RESULTS), "--out", str(tmp_path)])
     assert code == 2
+
+
+def test_the_commits_run_from_good_to_bad_along_first_parents():
+    head, parent = gitops.resolve("HEAD"), gitops.resolve("HEAD~1")
+    assert first_parent_commits(parent, head) == [parent, head]
+    with pytest.raises(GateError, match="not a first-parent descendant"):
+        first_parent_commits(head, parent)

@@ -234,12 +234,13 @@ def test_gate_adds_build_findings_and_warns_on_a_missing_head_report(tmp_path):
     base, head = "a" * 40, "b" * 40
     store.write_sidecar("h200", base, kind, _report(_row(registers=128)))
     warnings = []
-    assert gate.build_findings(store, "h200", base, head, CFG, warnings) == []
+    findings, builds = gate.build_findings(store, "h200", base, head, CFG, warnings)
+    assert findings == [] and builds["cuda:sm_90a"][1] is None
     (note,) = warnings
     assert note.kind == verdict.Kind.NO_BUILD_REPORT
     assert "no build-cuda-sm_90a report for head bbbbbbbb while base has one" in note.text
     store.write_sidecar("h200", head, kind, _report(_row(registers=168)))
-    findings = gate.build_findings(store, "h200", base, head, CFG, [])
+    findings, _ = gate.build_findings(store, "h200", base, head, CFG, [])
     v = verdict.add_build_findings(verdict.Verdict("pass", []), findings)
     assert v.outcome == "regression"
     md = text.gate_markdown(v)

@@ -189,6 +189,16 @@ def test_cli_regression_prints_annotations(root, tmp_path, capsys):
     assert all(isinstance(w, str) for w in verdict["warnings"])
 
 
+def test_a_corrupt_base_env_record_is_named_and_decides_nothing(root, tmp_path, capsys):
+    env = root / fx.MACHINE / f"{fx.BASE[:8]}-env.sidecar"
+    env.write_text("{not json")
+    assert gate_cli(root, tmp_path, head=fx.SLOW) == 1  # the verdict stands; only the page lacks base's GPU
+    warnings = json.loads((tmp_path / "out" / "verdict.json").read_text())["warnings"]
+    assert any(str(env) in w for w in warnings), warnings
+    assert "hardware not recorded" in (tmp_path / "out" / "comparison.html").read_text()
+    assert env.read_text() == "{not json"
+
+
 def test_cli_corrupt_head_file_is_reported_by_path_and_kept(root, tmp_path, capsys):
     path = fx.results_file(root, fx.DOCS)
     path.write_text(path.read_text()[: len(path.read_text()) // 2])  # a partial write

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mlagate import exits
 from mlagate.config import ROOT
-from mlagate.decide.notes import Status
+from mlagate.report.text import FAILING
 
 HISTORY = ROOT / "tests" / "fixtures" / "h200" / "results"
 MACHINE = "h200"
@@ -37,7 +37,7 @@ def run(args, cfg) -> int:
         verdict = gate.run_gate(cfg, base_rev=BASE, head_rev=HEAD, results=results, out_dir=out / "gate",
                                 machine=MACHINE).verdict
         site.build(cfg, results=results, out=out / "report", machine=MACHINE, last=cfg.gate.drift_lookback)
-    failing = [c.label for c in verdict.cases if c.status in (Status.REGRESSION, Status.ERROR)]
+    failing = [c.label for c in verdict.cases if c.status in FAILING]
     print(f"recorded H200 results of 2026-11-29 ({HISTORY.relative_to(ROOT)}), base {BASE[:8]}, head {HEAD[:8]}:")
     print(f"verdict: {verdict.outcome} (a gate run would exit {verdict.exit_code})"
           + (f"; {', '.join(failing)}" if failing else ""))

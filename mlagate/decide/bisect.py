@@ -26,7 +26,6 @@ class Step:
     commit: str
     change: float | None  # against good; None: skipped
     bad: bool | None = None
-    note: str = ""
 
 
 @dataclass
@@ -91,7 +90,6 @@ def search(commits: list, change_of, threshold: float) -> Result:
         result.steps.append(step)
         if change is None:
             skipped.add(i)
-            step.note = "skipped: could not be measured"
             continue
         changes[i] = change
         step.bad = change >= total / 2

@@ -160,14 +160,19 @@ def _ratio(cv: CaseVerdict, base_ratio, head_ratio, rule, platform: Platform):
                                    f"({base_ratio:.3f} → {head_ratio:.3f}; max drop {rule.max_drop:.0%})")
 
 
+def recent_medians(history, case: tuple) -> list:
+    """(median, commit) of every result in ``history`` that measured ``case``: what drift compares with."""
+    entries = ((r.entries(BENCH_TIME).get(case), r.commit) for r in history)
+    return [(median(e.samples), commit) for e, commit in entries if e is not None and e.status == "ok" and e.samples]
+
+
 def _drift(cv: CaseVerdict, history, cfg: Config):
     """Warn when head is slower than the best recent main-branch median."""
     g = cfg.gate
-    recent = (r.entries(BENCH_TIME).get(cv.case) for r in history[-g.drift_lookback:])
-    medians = [median(e.samples) for e in recent if e is not None and e.status == "ok" and e.samples]
+    medians = recent_medians(history[-g.drift_lookback:], cv.case)
     if len(medians) < 2:
         return
-    best = min(medians)
+    best = min(medians)[0]
     slower = cv.head_median_s / best - 1
     if slower >= g.drift_max_slowdown:
         _warn(cv, Kind.DRIFT, f"drift: {slower:.1%} slower than the best of the last {len(medians)} main results "

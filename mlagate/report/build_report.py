@@ -4,7 +4,7 @@ from mlagate.decide.build_rules import Severity
 
 # How a severity shows: a finding's line and its kernel's status column.
 _LABEL = {Severity.FAIL: "FAIL", Severity.WARN: "warn"}
-_ICON = {Severity.FAIL: "❌", Severity.WARN: "⚠️"}
+FINDING_ICON = {Severity.FAIL: "❌", Severity.WARN: "⚠️"}  # also the gate's text and page
 
 
 def _fmt(value, spec):
@@ -83,5 +83,5 @@ def build_markdown(rep, findings) -> str:
         cells = [f"error: {r['error']}"] + [""] * (len(cols) - 1) if r.get("error") else _build_cells(r, cuda)
         lines.append(f"| {r['kernel']} | " + " | ".join(cells) + f" | {status.get(r['kernel'], 'ok')} |")
     if findings:
-        lines += ["", *[f"- {_ICON[f.status]} [{f.rule}] {f.message}" for f in findings]]
+        lines += ["", *[f"- {FINDING_ICON[f.status]} [{f.rule}] {f.message}" for f in findings]]
     return "\n".join(lines) + "\n"

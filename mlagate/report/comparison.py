@@ -12,6 +12,7 @@ from pathlib import Path
 from mlagate.decide.notes import Status
 from mlagate.measure import environment
 from mlagate.measure.summary import median_ci
+from mlagate.report.build_report import FINDING_ICON
 from mlagate.report.page import STYLE, escape, table
 from mlagate.report.plots import distributions_png
 from mlagate.report.text import ICON, TITLE
@@ -73,10 +74,11 @@ def _remeasure(cv) -> str:
     return f"{c['change']:+.1%} <small>p = {c['p_value']:.1e}, {c['samples'][0]}+{c['samples'][1]}, {agrees}</small>"
 
 
-def case_rows(verdict, sides: Sides, floor: float) -> list:
+def case_rows(cases, samples: dict, floor: float) -> list:
+    """One row per case, in the given order; ``samples``: case -> (base samples, head samples)."""
     rows = []
-    for cv in sorted(verdict.cases, key=_order):
-        base, head = _samples(sides.base, cv.case), _samples(sides.head, cv.case)
+    for cv in cases:
+        base, head = samples[cv.case]
         interval = change_interval(base, head) if base and head else None
         change = "—" if cv.change is None else f"{cv.change:+.1%}"
         if interval:
@@ -113,23 +115,22 @@ def _recorded(label, commit, env) -> str:
     return f"<li>{label} <code>{escape(commit[:10])}</code>: measured {escape(when)} on {where}</li>"
 
 
-def write_page(out: Path, verdict, sides: Sides, cfg, threshold: float) -> Path:
+def write_page(out: Path, verdict, sides: Sides, cfg) -> Path:
     """OUT/comparison.html and OUT/distributions.png; returns the page's path."""
-    floor = cfg.gate.ratio[verdict.platform].floor if verdict.platform in cfg.gate.ratio else 0.0
-    shown = [cv for cv in sorted(verdict.cases, key=_order)
-             if _samples(sides.base, cv.case) and _samples(sides.head, cv.case)]
+    floor = cfg.gate.ratio[verdict.platform].floor
+    cases = sorted(verdict.cases, key=_order)
+    samples = {cv.case: (_samples(sides.base, cv.case), _samples(sides.head, cv.case)) for cv in cases}
+    shown = [(cv.label, *samples[cv.case], cv.status == Status.REGRESSION) for cv in cases if all(samples[cv.case])]
     figure = ""
     if shown:
-        distributions_png(out / "distributions.png",
-                          [(cv.label, _samples(sides.base, cv.case), _samples(sides.head, cv.case),
-                            cv.status == Status.REGRESSION) for cv in shown], threshold=threshold)
+        distributions_png(out / "distributions.png", shown, threshold=cfg.gate.threshold)
         figure = ('<figure><img src="distributions.png" alt="base and head latency samples per case">'
                   "<figcaption>Every latency sample of base (grey) and head (red where the case regressed, "
                   "blue otherwise), relative to base's median; the dashed line is the gate's threshold.</figcaption>"
                   "</figure>")
     header = ["case", "verdict", "base µs", "head µs", "change [99% interval]", "p (slower)",
-              "interleaved re-measure", f"vendor ratio ({escape(cfg.platform(verdict.platform).vendor)})"
-              if verdict.platform in cfg.platforms else "vendor ratio", "reasons and notes"]
+              "interleaved re-measure", f"vendor ratio ({escape(cfg.platform(verdict.platform).vendor)})",
+              "reasons and notes"]
     changes = resource_changes(sides.builds)
     if changes:
         resources = table(["target", "kernel", "changed"], changes, "left")
@@ -137,7 +138,7 @@ def write_page(out: Path, verdict, sides: Sides, cfg, threshold: float) -> Path:
         resources = "<p>No kernel's registers, spills, shared memory or occupancy changed.</p>"
     else:
         resources = '<p class="na">No build report on both sides (`mlagate build --record` writes them).</p>'
-    findings = "".join(f"<li>{'❌' if f.failed else '⚠️'} <code>{escape(f.target)}</code> [{escape(f.rule)}] "
+    findings = "".join(f"<li>{FINDING_ICON[f.status]} <code>{escape(f.target)}</code> [{escape(f.rule)}] "
                        f"{escape(f.message)}</li>" for f in verdict.build_findings)
     errors = "".join(f"<li>⛔ {escape(e.text)}</li>" for e in verdict.errors)
     notes = "".join(f"<li>{escape(w.text)}</li>" for w in verdict.warnings)
@@ -150,7 +151,7 @@ def write_page(out: Path, verdict, sides: Sides, cfg, threshold: float) -> Path:
 <ul>{_recorded("base", verdict.base, sides.base_env)}{_recorded("head", verdict.head, sides.head_env)}</ul>
 {f"<ul>{errors}</ul>" if errors else ""}
 <h2>Cases, regressions first</h2>
-{table(header, case_rows(verdict, sides, floor), "cases")}
+{table(header, case_rows(cases, samples, floor), "cases")}
 {figure}
 <h2>Compiler resources, base → head</h2>
 {f"<ul>{findings}</ul>" if findings else ""}

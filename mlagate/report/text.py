@@ -3,6 +3,7 @@
 from dataclasses import fields, is_dataclass
 
 from mlagate.decide.notes import Note, Outcome, Status
+from mlagate.report.build_report import FINDING_ICON
 
 
 def _fmt(value, spec):
@@ -81,7 +82,7 @@ def gate_markdown(verdict, *, plot: str | None = None, vendor: str = "vendor", p
                      f"{_ratio_cell(c)} | {ICON[c.status]} |")
     if verdict.build_findings:
         lines += ["", "### Compiler resources", ""]
-        lines += [f"- {'❌' if f.failed else '⚠️'} `{f.target}` [{f.rule}] {f.message}"
+        lines += [f"- {FINDING_ICON[f.status]} `{f.target}` [{f.rule}] {f.message}"
                   for f in sorted(verdict.build_findings, key=lambda f: not f.failed)]
     notes = [(c.label, w) for c in verdict.cases for w in c.warnings] + [("", w) for w in verdict.warnings]
     if notes:
