@@ -1,12 +1,11 @@
 """asv benchmarks: every implementation x batch x seqlen x dtype x heads from perf.yml.
 
-TimeDecode holds latency with its samples: asv's ``timer`` is a device-event
-clock, so each sample is the kernel's GPU time with a cold cache, and two
-commits compare sample by sample. Throughput runs the whole grid once per asv
-run (setup_cache) and tracks TFLOPs and the ratio to the platform's vendor
-kernel, measured in that same run. A case that cannot run here is skipped
-(NotImplementedError with the reason); a wrong result fails the benchmark.
-The grid comes from MLAGATE_GRID (quick|full, default full), MLAGATE_DTYPES
+One measurement per record: both classes share setup_cache (asv keys it by the function),
+which times the whole grid once with mlagate's one timing function. TimeDecode hands each
+case's samples to asv through a replaying timer, so asv stores the very samples the TFLOPs
+and vendor ratios of Throughput come from, and two commits compare sample by sample. A case
+that cannot run here is skipped (NotImplementedError with the reason); a wrong result fails
+the benchmark. The grid comes from MLAGATE_GRID (quick|full, default full), MLAGATE_DTYPES
 and MLAGATE_IMPLS (comma-separated).
 """
 
@@ -18,26 +17,25 @@ suite.preload()
 
 class TimeDecode:
     params, param_names = PARAMS, PARAM_NAMES
+    setup_cache = staticmethod(suite.measure_grid)
     timer = suite.clock
     number = 1
     rounds = 1
-    repeat = suite.repeat
-    warmup_time = suite.warmup_s
-    timeout = 600
+    repeat = 1  # setup sets it to the case's sample count
+    warmup_time = 0  # measure_grid warmed up; a warm-up here would only consume samples
+    timeout = 1800
 
-    def setup(self, impl, batch, seqlen, dtype, heads):
-        self.launch = suite.prepared(impl, batch, seqlen, dtype, heads)
+    def setup(self, grid, impl, batch, seqlen, dtype, heads):
+        self.repeat = suite.replay(grid, impl, batch, seqlen, dtype, heads)
 
-    def time_decode(self, impl, batch, seqlen, dtype, heads):
-        suite.clock.run(self.launch)
+    def time_decode(self, grid, impl, batch, seqlen, dtype, heads):
+        suite.clock.advance()
 
 
 class Throughput:
     params, param_names = PARAMS, PARAM_NAMES
+    setup_cache = staticmethod(suite.measure_grid)
     timeout = 1800
-
-    def setup_cache(self):
-        return suite.measure_grid()
 
     def setup(self, grid, impl, batch, seqlen, dtype, heads):
         suite.require_measured(grid, impl, batch, seqlen, dtype, heads)

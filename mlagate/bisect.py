@@ -61,7 +61,7 @@ def run_bisect(cfg: Config, *, bad_rev: str, results: Path, machine: str, good_r
     bad = commit_of(bad_rev)
     good = None if good_rev is None else commit_of(good_rev)
     if store.load(machine, bad) is None:
-        record(bad, results=store.root, machine=machine, grid=grid, echo=echo)
+        record(bad, results=store.root, machine=machine, grid=grid, time_budget_s=cfg.timing.record_s, echo=echo)
     history = [r for r in main_history(store, machine, bad, cfg.gate.drift_lookback) if r.commit != bad]
     if good is None:
         good, cases = drift(history[-cfg.gate.drift_lookback:], store.load(machine, bad), cfg.gate.drift_max_slowdown)
@@ -69,7 +69,8 @@ def run_bisect(cfg: Config, *, bad_rev: str, results: Path, machine: str, good_r
             return bisect.Result(bisect.Finding.NO_DRIFT, [bad]), []
     else:
         if store.load(machine, good) is None:
-            record(good, results=store.root, machine=machine, grid=grid, echo=echo)
+            record(good, results=store.root, machine=machine, grid=grid, time_budget_s=cfg.timing.record_s,
+                   echo=echo)
         good_medians, bad_medians = _medians(store.load(machine, good)), _medians(store.load(machine, bad))
         changes = {c: bad_medians[c] / good_medians[c] - 1 for c in bad_medians if c in good_medians}
         cases = sorted((c for c, change in changes.items() if change >= cfg.gate.threshold), key=lambda c: c.key)
@@ -97,7 +98,7 @@ def _measurer(cfg, store, machine, good, cases, grid, echo):
         try:
             if store.load(machine, commit) is None:
                 record(commit, results=store.root, machine=machine, grid=grid, dtypes=dtypes, impls=impls,
-                       bench_regex="TimeDecode", echo=echo)
+                       bench_regex="TimeDecode", time_budget_s=cfg.timing.record_s, echo=echo)
             entries = store.load(machine, commit).entries(BENCH_TIME)
             broken = [c.label() for c in cases if getattr(entries.get(c.key), "status", None) != "ok"]
             if broken:

@@ -47,15 +47,22 @@ class Samples:
     warmup_calls: int
     device: str
     dropped: int = 0  # calls not timed: the GPU had reached the start event before the host queued them
+    budget: str = ""  # the perf.yml timing budget it was taken with
+    # Per sampling window: {"samples", "sm_mhz", "power_w", "throttle", "kept"}; times_ms holds the
+    # kept windows' samples, dropped_ms those of windows dropped for the clock (measure.clocks).
+    windows: tuple = ()
+    dropped_ms: tuple = ()
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["times_ms"] = list(self.times_ms)
+        d.update(times_ms=list(self.times_ms), windows=[dict(w) for w in self.windows],
+                 dropped_ms=list(self.dropped_ms))
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Samples":
-        return cls(**{**d, "times_ms": tuple(d["times_ms"])})
+        return cls(**{**d, "times_ms": tuple(d["times_ms"]), "windows": tuple(d.get("windows", ())),
+                      "dropped_ms": tuple(d.get("dropped_ms", ()))})
 
 
 # Derived from the samples by the grid runner (or read from the store); in the JSON only where known.

@@ -41,16 +41,31 @@ class Platform:
     vendor_heads: tuple  # head counts the vendor kernel has; elsewhere no ratio exists, by declaration
 
 
+BUDGETS = ("record", "baseline", "confirm")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one timing of one case spends: a warm-up, then sampling windows."""
+
+    warmup_ms: float
+    windows: int
+
+
 @dataclass(frozen=True)
 class Timing:
-    warmup_ms: float
-    rep_ms: float
-    min_samples: int
-    max_samples: int
     cold_l2: bool
     cuda_graph: bool
-    asv_rep_ms: float  # asv's latency samples (TimeDecode): their own, smaller budget
-    asv_max_samples: int
+    warmup_ms: float  # once per measuring process, before its first case
+    window_ms: float
+    samples_per_window: int
+    min_samples: int
+    max_clock_drop: float
+    record_s: float  # a record's measuring time on one GPU
+    budgets: dict  # name (BUDGETS) -> Budget
+
+    def budget(self, name: str) -> Budget:
+        return self.budgets[name]
 
 
 @dataclass(frozen=True)
@@ -102,6 +117,11 @@ class Config:
         return [c for c in self.grid.cases(grid, impls, dtypes or p.dtypes)
                 if c.impl != p.vendor or c.heads in p.vendor_heads]
 
+    def budget_for(self, impl: str, platform: str) -> str:
+        """The gated kernels and the vendor kernel their ratios divide by are measured with the
+        record budget; the ungated baselines more cheaply."""
+        return "record" if impl in self.gate.gated or impl == self.platform(platform).vendor else "baseline"
+
     def peaks(self, arch: str | None):
         """The roofline peaks of an arch ("sm_90a" reads sm_90's), or None."""
         return self.roofline.get(arch_key(arch or ""))
@@ -139,21 +159,24 @@ def parse(data) -> Config:
         platforms[name] = Platform(vendor, tilelang, s.choice_list("dtypes", DTYPES),
                                    s.int_list("vendor_heads", choices=HEADS))
 
-    t = top.section("timing", ("warmup_ms", "rep_ms", "min_samples", "max_samples", "cold_l2", "cuda_graph", "asv"))
-    a = t.section("asv", ("rep_ms", "max_samples"))
+    t = top.section("timing", ("cold_l2", "cuda_graph", "warmup_ms", "window_ms", "samples_per_window",
+                               "min_samples", "max_clock_drop", "record_s", "budgets"))
+    b = t.section("budgets", BUDGETS)
+    budgets = {}
+    for name in BUDGETS:
+        s = b.section(name, ("warmup_ms", "windows"))
+        budgets[name] = Budget(s.get("warmup_ms", float, minimum=0), s.get("windows", int, minimum=1))
     timing = Timing(
-        warmup_ms=t.get("warmup_ms", float, minimum=0),
-        rep_ms=t.get("rep_ms", float, minimum=0, exclusive_min=True),
-        min_samples=t.get("min_samples", int, minimum=1),
-        max_samples=t.get("max_samples", int, minimum=1),
         cold_l2=t.get("cold_l2", bool),
         cuda_graph=t.get("cuda_graph", bool),
-        asv_rep_ms=a.get("rep_ms", float, minimum=0, exclusive_min=True),
-        asv_max_samples=a.get("max_samples", int, minimum=1),
+        warmup_ms=t.get("warmup_ms", float, minimum=0),
+        window_ms=t.get("window_ms", float, minimum=0, exclusive_min=True),
+        samples_per_window=t.get("samples_per_window", int, minimum=1),
+        min_samples=t.get("min_samples", int, minimum=1),
+        max_clock_drop=t.get("max_clock_drop", float, minimum=0, exclusive_min=True, maximum=1),
+        record_s=t.get("record_s", float, minimum=0, exclusive_min=True),
+        budgets=budgets,
     )
-    for key, value in (("timing.max_samples", timing.max_samples), ("timing.asv.max_samples", timing.asv_max_samples)):
-        if value < timing.min_samples:
-            raise ConfigError(f"{key}: must be >= timing.min_samples ({timing.min_samples}), got {value}")
 
     r = top.section("roofline", open_section_keys(data.get("roofline")))
     roofline = {}

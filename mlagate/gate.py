@@ -57,7 +57,8 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
         refuse_corrupt(store, name, commit)
     if store.load(machine, head_commit) is not None:
         head_platform(store, machine, head_commit, platform, cfg)
-    loaded = {name: load_commit(store, machine, name, commit, record_missing, grid, echo) for name, commit in sides}
+    loaded = {name: load_commit(store, machine, name, commit, record_missing, grid, echo, cfg.timing.record_s)
+              for name, commit in sides}
     platform, arch = head_platform(store, machine, head_commit, platform, cfg)
     history = [r for r in main_history(store, machine, base_commit, cfg.gate.drift_lookback)
                if r.commit != head_commit]
@@ -75,6 +76,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     elif flagged:
         decided.warnings.append(Note(Kind.UNCONFIRMED, "flagged cases were not re-measured interleaved (run the "
                                      "gate with --confirm on the GPU host to rule out run-to-run noise)"))
+    decided.warnings += clock_notes(store, machine, sides)
     findings, builds = build_findings(store, machine, base_commit, head_commit, cfg, decided.warnings)
     verdict.add_build_findings(decided, findings)
     sides = comparison.Sides(machine, loaded["base"], loaded["head"],
@@ -94,14 +96,15 @@ def refuse_corrupt(store: Store, name: str, commit: str):
                         "remove it by hand and record the commit again")
 
 
-def load_commit(store: Store, machine: str, name: str, commit: str, record_missing: bool, grid: str, echo):
+def load_commit(store: Store, machine: str, name: str, commit: str, record_missing: bool, grid: str, echo,
+                time_budget_s=None):
     """One side's results, recorded first with ``record_missing``."""
     found = store.load(machine, commit)
     if found is None and record_missing:
         from mlagate.store.record import record
 
         echo(f"{name} {commit[:8]} has no results on '{machine}': recording it now")
-        record(commit, results=store.root, machine=machine, grid=grid, echo=echo)
+        record(commit, results=store.root, machine=machine, grid=grid, time_budget_s=time_budget_s, echo=echo)
         found = store.load(machine, commit)
         refuse_corrupt(store, name, commit)
     if found is None:
@@ -127,6 +130,21 @@ def head_platform(store: Store, machine: str, head: str, given: str | None, cfg:
     if not isinstance(start, dict) or not isinstance(start.get("arch"), (str, type(None))):
         raise GateError(f"{path}: start.arch must be an architecture name, got {start!r:.60}")
     return platform, start.get("arch")
+
+
+def clock_notes(store: Store, machine: str, sides) -> list:
+    """A warning per side recorded with unlocked (or unread) GPU clocks; informative, never a failure."""
+    notes = []
+    for name, commit in sides:
+        env = store.read_sidecar(machine, commit, "env") or {}
+        rows = (store.read_sidecar(machine, commit, "cases") or {}).get("results")
+        windows = [w for row in rows if isinstance(row, dict) and isinstance(row.get("samples"), dict)
+                   for w in row["samples"].get("windows") or () if isinstance(w, dict)] if isinstance(rows, list) else []
+        start = env.get("start") if isinstance(env.get("start"), dict) else {}
+        text = report.clock_warning(start.get("clock_control"), windows)
+        if text:
+            notes.append(Note(Kind.UNLOCKED_CLOCKS, f"{name} {commit[:8]}: {text}"))
+    return notes
 
 
 def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config, warnings: list) -> tuple:

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from mlagate import config
+from mlagate.config import Budget
 
 from mlagate.measure import impls
 from mlagate.measure.harness import Inputs, shape_of
@@ -34,7 +35,7 @@ timing = cfg.timing
 parser = argparse.ArgumentParser()
 parser.add_argument("out", type=Path)
 parser.add_argument("impls", nargs="*", default=["tilelang-hopper", "flash_mla"])
-parser.add_argument("--windows", nargs="+", default=[f"{timing.rep_ms:g}:{timing.max_samples}"])
+parser.add_argument("--windows", nargs="+", default=[f"{timing.window_ms * timing.budget('record').windows:g}:0"])
 args = parser.parse_args()
 windows = [tuple(float(v) for v in w.split(":")) for w in args.windows]
 cases = cfg.grid.cases("full", args.impls, ["float16"])
@@ -59,8 +60,8 @@ for r in range(ROUNDS):
             window = windows[(r + k) % len(windows)]
             rep_ms, max_samples = window
             t0 = time.time()
-            s = time_gpu(launches[case], warmup_ms=timing.warmup_ms, rep_ms=rep_ms, min_samples=timing.min_samples,
-                         max_samples=int(max_samples), cold_l2=True)
+            windows = max(1, round(float(rep_ms) / timing.window_ms))  # max_samples: now timing.samples_per_window
+            s = time_gpu(launches[case], timing, Budget(warmup_ms=timing.warmup_ms, windows=windows))
             entry = results[window][case.label()]
             entry["mlagate"].append(statistics.median(s.times_ms))
             entry["samples"].append([round(t, 6) for t in s.times_ms])

@@ -41,8 +41,7 @@ for method in ("do_bench", "mlagate"):
         for case in CASES:
             launch = launches[case][0]
             if method == "mlagate":
-                s = time_gpu(launch, warmup_ms=timing.warmup_ms, rep_ms=timing.rep_ms, min_samples=timing.min_samples,
-                             max_samples=timing.max_samples, cold_l2=True)
+                s = time_gpu(launch, timing, "record")
                 results[case.label()]["mlagate"].append(statistics.median(s.times_ms))
                 results[case.label()]["samples"].append(list(s.times_ms))
             else:

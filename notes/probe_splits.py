@@ -5,6 +5,9 @@ import torch
 from mlagate.measure import metrics
 from mlagate.kernels import mla_decode as m
 from mlagate.measure.timer import time_gpu
+from mlagate.config import Budget, load
+
+TIMING = load().timing
 
 for batch in (64, 128):
     for seqlen in (4096, 8192):
@@ -15,7 +18,7 @@ for batch in (64, 128):
         for name, splits in (("hopper", (1, 2, 4)), ("cdna3", (4,))):
             for split in splits:
                 k = m.compiled(shape, m.CONFIGS[name].with_(num_split=split))
-                s = time_gpu(lambda: k(*inputs, out, lse), warmup_ms=100, rep_ms=200)
+                s = time_gpu(lambda: k(*inputs, out, lse), TIMING, Budget(warmup_ms=100, windows=4))
                 med = sorted(s.times_ms)[len(s.times_ms) // 2]
                 print(f"{name:7s} split={split} b={batch} s={seqlen}: {med*1e3:8.1f} us "
                       f"{metrics.tflops(metrics.flops(batch, 128, seqlen), med):6.1f} TFLOPs", flush=True)

@@ -12,6 +12,9 @@ from mlagate.case import Case
 from mlagate.measure.harness import Inputs
 from mlagate.measure.environment import clocks
 from mlagate.measure.timer import time_gpu
+from mlagate.config import Budget, load
+
+TIMING = load().timing
 
 CASES = [Case("tilelang-hopper", 128, 8192, "float16"), Case("tilelang-hopper", 64, 1024, "float16")]
 device = torch.device("cuda", 0)
@@ -21,7 +24,7 @@ for warmup in (200, 1000):
     meds = {c: [] for c in CASES}
     for r in range(12):
         for c in CASES:
-            s = time_gpu(launch[c], warmup_ms=warmup, rep_ms=300, min_samples=50, cold_l2=True)
+            s = time_gpu(launch[c], TIMING, Budget(warmup_ms=warmup, windows=6))
             meds[c].append(statistics.median(s.times_ms))
         ck = clocks()
         print(f"warmup {warmup} round {r}: sm {ck.get('sm_mhz')} MHz {ck.get('temp_c')} C {ck.get('power_w')} W "

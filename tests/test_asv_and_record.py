@@ -2,6 +2,7 @@
 the GPU check stands aside (every case skipped with its reason), and the store refuses to record
 a commit twice."""
 
+import itertools
 import json
 import math
 import subprocess
@@ -51,6 +52,53 @@ def test_each_platform_measures_the_dtypes_its_vendor_takes(monkeypatch):
     assert {c.dtype for c in asv_suite.cases()} == {"float16"}
     monkeypatch.setenv("MLAGATE_DTYPES", "bfloat16,float16")
     assert {c.dtype for c in asv_suite.cases()} == {"bfloat16", "float16"}
+
+
+def _time_decode(monkeypatch):
+    """asv_runner's own TimeDecode benchmark object, discovered as `asv run` discovers it."""
+    from asv_runner.discovery import disc_benchmarks
+
+    monkeypatch.setenv("MLAGATE_GRID", "quick")
+    monkeypatch.setenv("MLAGATE_IMPLS", "tilelang-hopper")
+    return next(b for b in disc_benchmarks(str(gitops.REPO / "benchmarks")) if b.name.endswith("TimeDecode.time_decode"))
+
+
+def _run_asv_case(bench, measured, case):
+    """What asv_runner.run does for one case: set the cache, setup, run, teardown."""
+    bench.set_param_idx(list(itertools.product(*bench._params)).index(case.key))
+    bench.set_cache(measured)
+    skip = bench.do_setup()
+    try:
+        return None if skip else bench.do_run()
+    finally:
+        bench.do_teardown()
+
+
+def test_asv_stores_exactly_the_samples_the_grid_measured(monkeypatch):
+    """One measurement per record: asv's samples for a case are time_gpu's, one for one, in order,
+    through asv_runner's own timing loop (its warm-up, repeat and re-setup between samples)."""
+    from mlagate.case import CaseResult, RunStatus, Samples
+    from mlagate.measure import asv_suite
+
+    bench = _time_decode(monkeypatch)
+    first, second = asv_suite.cases()[:2]
+    times_ms = {first: (0.05, 0.07, 0.06, 0.08, 0.051), second: (0.1, 0.2, 0.3)}
+    measured = {c: CaseResult(c, RunStatus.OK, samples=Samples(t, "cuda-event", 0, 0, "test"))
+                for c, t in times_ms.items()}
+    for case in (first, second):
+        result = _run_asv_case(bench, measured, case)
+        assert result["number"] == 1
+        assert result["samples"] == pytest.approx([t / 1e3 for t in times_ms[case]], rel=1e-12)
+
+
+def test_asv_skips_what_the_grid_skipped(monkeypatch):
+    from mlagate.case import CaseResult, RunStatus
+    from mlagate.measure import asv_suite
+
+    bench = _time_decode(monkeypatch)
+    case = asv_suite.cases()[0]
+    skipped = {case: CaseResult(case, RunStatus.SKIPPED, "not measured: the time budget ran out")}
+    assert _run_asv_case(bench, skipped, case) is None
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ FAKE_WORKER = textwrap.dedent('''
     MARK = "@@mlagate "
     job = json.load(sys.stdin)
     print("library noise that is not protocol", flush=True)
-    for index, fields in job["cases"]:
+    for index, fields, budget in job["cases"]:
         print(MARK + json.dumps({"event": "start", "index": index}), flush=True)
         if fields["seqlen"] == 666:
             sys.stderr.write("illegal memory access\\n"); sys.stderr.flush()
@@ -52,6 +52,29 @@ def cases(*seqlens, impl="tilelang-hopper"):
 def worker(result: CaseResult) -> dict:
     """The stand-in worker's pid and visible devices for a case it measured."""
     return json.loads(result.samples.device)
+
+
+def test_cases_past_the_deadline_are_skipped_by_name():
+    """The real worker: a record out of time keeps what it measured and names what it did not."""
+    timing = config.load().timing
+    rows = grid.run_cases(cases(1024, 2048), timing, budgets=["record", "baseline"], deadline=1.0)
+    assert [r.status for r in rows] == [RunStatus.SKIPPED] * 2
+    assert all("timing.record_s = 300 s" in r.reason and "ran out" in r.reason for r in rows), rows
+
+
+def test_each_case_goes_to_the_worker_with_its_budget(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text("import json, sys\njob = json.load(sys.stdin)\n"
+                      f"open({str(tmp_path / 'job.json')!r}, 'w').write(json.dumps(job))\n")
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    grid.run_cases(cases(1024, 2048), config.load().timing, budgets=["record", "baseline"], deadline=123.0,
+                   python=str(exe))
+    job = json.loads((tmp_path / "job.json").read_text())
+    assert [c[2] for c in job["cases"]] == ["record", "baseline"]
+    assert job["deadline"] == 123.0
+    assert grid.timing_from_dict(job["timing"]) == config.load().timing
 
 
 def test_a_crashing_case_fails_alone_and_the_grid_goes_on(tmp_path):
@@ -97,11 +120,14 @@ def test_outputs_are_json_and_csv(tmp_path):
 
 def test_a_bench_file_on_disk_reads_back_to_the_same_json():
     """The record keeps the file format: every row of an `mlagate bench --out` file (ok and skipped)
-    turns into a CaseResult and back into the very same JSON."""
+    turns into a CaseResult and back into the same JSON, plus the sampling windows' fields (empty:
+    that file predates them)."""
     with open(FIXTURES / "bench_full_fp16_2026-11-29.json") as f:
         rows = json.load(f)["results"]
     results = [CaseResult.from_dict(r) for r in rows]
-    assert [r.to_dict() for r in results] == rows
+    windowless = {"budget": "", "windows": [], "dropped_ms": []}
+    assert [r.to_dict() for r in results] == [{**r, "samples": {**r["samples"], **windowless}} if r["samples"] else r
+                                              for r in rows]
     assert {r.status for r in results} == {RunStatus.OK, RunStatus.SKIPPED}
     assert all(r.samples.times_ms and r.tflops and r.vendor_ratio for r in results if r.status == RunStatus.OK)
 

@@ -29,11 +29,14 @@ def test_repository_config_loads():
 @pytest.mark.parametrize("change,message", [
     (lambda r: r["gate"]["latency"].update(treshold=0.1), "gate.latency.treshold: unknown key"),
     (lambda r: r.update(extra=1), "extra: unknown key"),
-    (lambda r: r["timing"].update(rep_ms=0), r"timing.rep_ms: must be > 0, got 0.0"),
+    (lambda r: r["timing"].update(window_ms=0), r"timing.window_ms: must be > 0, got 0.0"),
     (lambda r: r["timing"].update(min_samples="many"), "timing.min_samples: must be int, got 'many'"),
-    (lambda r: r["timing"].update(max_samples=1), "timing.max_samples: must be >= timing.min_samples"),
-    (lambda r: r["timing"]["asv"].update(max_samples=1), "timing.asv.max_samples: must be >= timing.min_samples"),
-    (lambda r: r["timing"]["asv"].pop("rep_ms"), "timing.asv.rep_ms: missing"),
+    (lambda r: r["timing"].update(max_clock_drop=1.5), "timing.max_clock_drop: must be <= 1"),
+    (lambda r: r["timing"].update(record_s=-1), "timing.record_s: must be > 0"),
+    (lambda r: r["timing"]["budgets"]["record"].update(windows=0), "timing.budgets.record.windows: must be >= 1"),
+    (lambda r: r["timing"]["budgets"].pop("confirm"), "timing.budgets.confirm: must be a mapping"),
+    (lambda r: r["timing"]["budgets"].update(nightly={}), "timing.budgets.nightly: unknown key"),
+    (lambda r: r["timing"].update(rep_ms=1000), "timing.rep_ms: unknown key"),
     (lambda r: r["grid"]["full"].update(seqlen=[0]), "grid.full.seqlen: every entry must be an integer >= 1"),
     (lambda r: r["platforms"]["rocm"].update(dtypes=["float8"]), "platforms.rocm.dtypes: 'float8' is not one of"),
     (lambda r: r["platforms"]["cuda"].pop("dtypes"), "platforms.cuda.dtypes: must be a non-empty list"),
@@ -69,7 +72,7 @@ def test_unknown_grid_name():
 @pytest.mark.parametrize("section,key", [
     (("gate", "latency"), "threshold"), (("gate", "latency"), "screen"), (("gate", "latency"), "alpha"),
     (("gate", "drift"), "max_slowdown"), (("gate", "vendor_ratio", "cuda"), "floor"),
-    (("roofline", "sm_90"), "tflops"), (("timing",), "warmup_ms"), (("timing", "asv"), "rep_ms"),
+    (("roofline", "sm_90"), "tflops"), (("timing",), "warmup_ms"), (("timing", "budgets", "record"), "warmup_ms"),
 ])
 def test_nan_and_inf_are_not_numbers_here(section, key, value):
     """NaN passes every range check (all comparisons are false), so it is refused first."""

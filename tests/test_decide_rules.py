@@ -539,10 +539,13 @@ def test_parse_keeps_every_value_of_perf_yml():
         assert (got.vendor, got.tilelang, got.dtypes, got.vendor_heads) == (
             p["vendor"], p["tilelang"], tuple(p["dtypes"]), tuple(p["vendor_heads"]))
     tm = cfg.timing
-    assert (tm.warmup_ms, tm.rep_ms, tm.min_samples, tm.max_samples, tm.cold_l2, tm.cuda_graph, tm.asv_rep_ms,
-            tm.asv_max_samples) == (t["warmup_ms"], t["rep_ms"], t["min_samples"], t["max_samples"], t["cold_l2"],
-                                    t["cuda_graph"], t["asv"]["rep_ms"], t["asv"]["max_samples"])
-    assert isinstance(tm.warmup_ms, float) and isinstance(tm.asv_rep_ms, float)  # YAML ints read as floats
+    assert (tm.cold_l2, tm.cuda_graph, tm.warmup_ms, tm.window_ms, tm.samples_per_window, tm.min_samples,
+            tm.max_clock_drop, tm.record_s) == (t["cold_l2"], t["cuda_graph"], t["warmup_ms"], t["window_ms"],
+                                                t["samples_per_window"], t["min_samples"], t["max_clock_drop"],
+                                                t["record_s"])
+    assert {name: (b.warmup_ms, b.windows) for name, b in tm.budgets.items()} == {
+        name: (b["warmup_ms"], b["windows"]) for name, b in t["budgets"].items()}
+    assert isinstance(tm.warmup_ms, float) and isinstance(tm.window_ms, float)  # YAML ints read as floats
     assert {a: (v.tflops, v.tbps) for a, v in cfg.roofline.items()} == {
         a: (v["tflops"], v["tbps"]) for a, v in RAW["roofline"].items()}
     gt = cfg.gate
@@ -573,9 +576,15 @@ def test_the_digest_is_the_content_not_its_key_order():
 # (dotted key, the parsed value, a value accepted at the boundary, one just past it, the message)
 BOUNDARIES = [
     ("timing__warmup_ms", lambda c: c.timing.warmup_ms, 0, -0.5, "must be >= 0, got -0.5"),
-    ("timing__rep_ms", lambda c: c.timing.rep_ms, 0.5, 0, "must be > 0, got 0.0"),
+    ("timing__window_ms", lambda c: c.timing.window_ms, 0.5, 0, "must be > 0, got 0.0"),
     ("timing__min_samples", lambda c: c.timing.min_samples, 1, 0, "must be >= 1, got 0"),
-    ("timing__asv__rep_ms", lambda c: c.timing.asv_rep_ms, 0.5, 0, "must be > 0, got 0.0"),
+    ("timing__samples_per_window", lambda c: c.timing.samples_per_window, 1, 0, "must be >= 1, got 0"),
+    ("timing__max_clock_drop", lambda c: c.timing.max_clock_drop, 1, 1.5, "must be <= 1, got 1.5"),
+    ("timing__max_clock_drop", lambda c: c.timing.max_clock_drop, 0.01, 0, "must be > 0, got 0.0"),
+    ("timing__record_s", lambda c: c.timing.record_s, 0.5, 0, "must be > 0, got 0.0"),
+    ("timing__budgets__record__windows", lambda c: c.timing.budget("record").windows, 1, 0, "must be >= 1, got 0"),
+    ("timing__budgets__confirm__warmup_ms", lambda c: c.timing.budget("confirm").warmup_ms, 0, -1,
+     "must be >= 0, got -1.0"),
     ("roofline__sm_90__tflops", lambda c: c.roofline["sm_90"].tflops, 0.5, 0, "must be > 0, got 0.0"),
     ("roofline__gfx942__tbps", lambda c: c.roofline["gfx942"].tbps, 0.5, 0, "must be > 0, got 0.0"),
     ("gate__vendor_ratio__cuda__floor", lambda c: c.gate.ratio["cuda"].floor, 0, -0.1, "must be >= 0, got -0.1"),
@@ -608,17 +617,7 @@ def test_every_bound_of_perf_yml(key, parsed, accepted, rejected, message):
         config.parse(with_values(**{key: rejected}))
 
 
-def test_sample_limits_may_equal_min_samples_and_screen_may_equal_threshold():
-    cfg = config.parse(with_values(timing__max_samples=50, timing__asv__max_samples=50, timing__min_samples=50))
-    assert (cfg.timing.max_samples, cfg.timing.asv_max_samples) == (50, 50)
-    cfg = config.parse(with_values(timing__min_samples=1, timing__max_samples=1, timing__asv__max_samples=1))
-    assert cfg.timing.max_samples == 1
-    with pytest.raises(config.ConfigError, match=r"^timing.max_samples: must be >= 1, got 0$"):
-        config.parse(with_values(timing__min_samples=1, timing__max_samples=0))
-    with pytest.raises(config.ConfigError, match=r"^timing.asv.max_samples: must be >= 1, got 0$"):
-        config.parse(with_values(timing__min_samples=1, timing__asv__max_samples=0))
-    with pytest.raises(config.ConfigError, match=r"^timing.max_samples: must be >= timing.min_samples \(51\), got 50$"):
-        config.parse(with_values(timing__min_samples=51, timing__max_samples=50))
+def test_screen_may_equal_threshold():
     assert config.parse(with_values(gate__latency__screen=0.025)).gate.screen == 0.025
     with pytest.raises(config.ConfigError, match=r"^gate.latency.screen: must be <= gate.latency.threshold "
                                                  r"\(0.025\), got 0.03$"):

@@ -242,3 +242,35 @@ def test_a_head_count_the_vendor_lacks_is_gated_on_latency_alone(root):
     assert Kind.NO_VENDOR_KERNEL in [w.kind for w in cases[fx.HOPPER_64].warnings]
     assert by_case(fx.evaluate(root, head=fx.SLOW, cfg=cfg))[fx.HOPPER_64].status == Status.REGRESSION
     assert by_case(fx.evaluate(root, head=fx.DOCS))[fx.HOPPER_64].status == Status.ERROR  # declared: all heads
+
+
+def _record_clocks(root, commit, control, windows):
+    """Give a copied record the clock facts and sampling windows a record now writes."""
+    env_path = root / fx.MACHINE / f"{commit[:8]}-env.sidecar"
+    env = json.loads(env_path.read_text())
+    env["start"]["clock_control"] = control
+    env_path.write_text(json.dumps(env))
+    rows = [{"impl": "tilelang-hopper", "samples": {"windows": windows}}]
+    (root / fx.MACHINE / f"{commit[:8]}-cases.sidecar").write_text(json.dumps({"results": rows}))
+
+
+def test_unlocked_clocks_are_a_warning_in_the_report_never_a_failure(root, tmp_path, capsys):
+    windows = [{"samples": 100, "sm_mhz": mhz, "kept": kept, "throttle": ["sw_power_cap"]}
+               for mhz, kept in ((1350.0, True), (1485.0, True), (1200.0, False))]
+    _record_clocks(root, fx.DOCS, {"vendor": "nvidia", "api": "nvml", "locked": None}, windows)
+    _record_clocks(root, fx.BASE, {"vendor": "nvidia", "api": "nvml", "locked": True}, windows)
+    assert gate_cli(root, tmp_path) == 0
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    clocks = [w for w in verdict["warnings"] if "clocks not locked" in w]
+    assert clocks == [f"head {fx.DOCS[:8]}: GPU clocks not locked on this runner: the SM clock read 1200-1485 MHz "
+                      "over 3 sampling windows, 1 window(s) dropped as throttled; changes near the screen may be "
+                      "clock noise (docs/clocks.md)"]
+    assert "clocks not locked" in (tmp_path / "out" / "gate.md").read_text()
+
+
+def test_a_runner_whose_clocks_could_not_be_read_is_told_so(root, tmp_path, capsys):
+    _record_clocks(root, fx.DOCS, {"vendor": None, "api": None, "locked": None,
+                                   "unavailable": "pynvml is not installed"}, [])
+    assert gate_cli(root, tmp_path) == 0
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert any("clocks not read on this runner (pynvml is not installed)" in w for w in verdict["warnings"])

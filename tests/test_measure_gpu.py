@@ -7,10 +7,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mlagate.measure.timer import EventClock, last_level_cache_bytes, time_gpu  # noqa: E402
+from mlagate import config  # noqa: E402
+from mlagate.config import Budget  # noqa: E402
+from mlagate.measure.timer import last_level_cache_bytes, time_gpu  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 HOST_MS = 0.3  # Python work before each launch, longer than the tiny kernel it launches
+TIMING = config.load().timing
+SHORT = Budget(warmup_ms=5, windows=2)
 
 
 def slow_host_call():
@@ -24,23 +28,29 @@ def slow_host_call():
 
 
 def test_time_gpu_keeps_host_time_out_of_the_samples():
-    s = time_gpu(slow_host_call(), warmup_ms=5, rep_ms=20, min_samples=20, max_samples=40, cold_l2=True)
-    assert 20 <= len(s.times_ms) <= 40
+    s = time_gpu(slow_host_call(), TIMING, SHORT)
+    assert len(s.times_ms) >= TIMING.min_samples
     assert max(s.times_ms) < HOST_MS / 2, sorted(s.times_ms)[-5:]
     assert s.dropped >= 1  # the first lead was too short for this host: the call was dropped, not timed
 
 
 def test_time_gpu_flushes_twice_the_last_level_cache():
-    s = time_gpu(lambda: torch.ones(1 << 20, device="cuda"), warmup_ms=5, rep_ms=5, min_samples=10)
+    s = time_gpu(lambda: torch.ones(1 << 20, device="cuda"), TIMING, SHORT)
     assert s.flush_bytes >= 2 * last_level_cache_bytes(torch.device("cuda", 0))
     assert all(t > 0 for t in s.times_ms)
 
 
-def test_asv_clock_keeps_host_time_out():
-    clock, call = EventClock(cold_l2=True), slow_host_call()
-    for _ in range(10):
-        clock.run(call)
-    assert clock() / 10 < HOST_MS / 2 / 1e3
+def test_windows_are_timed_evenly_and_their_clocks_read():
+    """A short kernel: far more calls per window than samples_per_window, so every
+    stride-th call is timed; each window says what the SM clock read while it ran."""
+    s = time_gpu(lambda: torch.ones(1 << 16, device="cuda"), TIMING, "confirm")
+    assert s.budget == "confirm"
+    assert len(s.windows) == TIMING.budget("confirm").windows
+    assert all(0 < w["samples"] <= TIMING.samples_per_window for w in s.windows)
+    assert len(s.times_ms) + len(s.dropped_ms) == sum(w["samples"] for w in s.windows)
+    assert len(s.times_ms) == sum(w["samples"] for w in s.windows if w["kept"])
+    if torch.version.cuda:  # NVML is on every NVIDIA host this runs on
+        assert all(w["sm_mhz"] and w["sm_mhz"] > 100 for w in s.windows), s.windows
 
 
 # A lower bound: torch.cuda._sleep spins for a number of GPU clock cycles, which take at least
@@ -56,16 +66,10 @@ def sleeper(cycles):
 
 
 def test_time_gpu_times_a_kernel_of_known_length():
-    kw = dict(warmup_ms=20, rep_ms=40, min_samples=10, max_samples=40)
-    short, long = time_gpu(sleeper(SLEEP_CYCLES), **kw), time_gpu(sleeper(4 * SLEEP_CYCLES), **kw)
+    short, long = time_gpu(sleeper(SLEEP_CYCLES), TIMING, SHORT), time_gpu(sleeper(4 * SLEEP_CYCLES), TIMING, SHORT)
     assert min(short.times_ms) > FLOOR_MS, sorted(short.times_ms)[:5]
     assert max(short.times_ms) < 100 * FLOOR_MS, sorted(short.times_ms)[-5:]  # milliseconds, not microseconds
     ratio = np.median(long.times_ms) / np.median(short.times_ms)
     assert 3 < ratio < 5, ratio  # four times the cycles, about four times the time
 
 
-def test_asv_clock_counts_the_kernels_time():
-    clock = EventClock(cold_l2=True)
-    for _ in range(5):
-        clock.run(sleeper(SLEEP_CYCLES))
-    assert FLOOR_MS / 1e3 < clock() / 5 < 100 * FLOOR_MS / 1e3  # seconds

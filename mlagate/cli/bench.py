@@ -46,11 +46,16 @@ def run(args, cfg) -> int:
             progress.update(task, advance=1, description=f"{case.impl} b={case.batch} s={case.seqlen}: "
                                                           f"{result.status}")
 
-        results = grid.run_cases(cases, cfg.timing, gpus=gpus, on_result=on_result)
+        results = grid.run_cases(cases, cfg.timing, budgets=[cfg.budget_for(c.impl, platform) for c in cases],
+                                 gpus=gpus, on_result=on_result)
     env = {"start": env_start, "end": environment.environment(), "config_digest": cfg.digest}
     results = grid.add_metrics(results, peaks=cfg.peaks(env_start.get("arch")),
                                vendor=cfg.platform(platform).vendor)
     _console().print(text.bench_table(results, vendor=cfg.platform(platform).vendor))
+    warning = text.clock_warning(env_start.get("clock_control"),
+                                 [w for r in results if r.samples for w in r.samples.windows])
+    if warning:
+        print(f"warning: {warning}")
     if args.out:
         grid.write_outputs(args.out, results, env)
         print(f"wrote {args.out} and {Path(args.out).with_suffix('.csv')}")

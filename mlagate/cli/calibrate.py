@@ -23,12 +23,15 @@ def run(args, cfg) -> int:
     data = json.loads(Path(args.noise).read_text())
     g = cfg.gate
     slowdowns = [i / 100 for i in range(0, 11)]
+    budgets = cfg.timing.budgets
+    share = budgets["confirm"].windows / budgets["record"].windows
     curves = {}
     for label, recorded in data.items():
         rounds = recorded["samples"]
         per_side = min(g.confirm_rounds, (len(rounds) - 2) // 2)
         curves[label] = calibration.detection_curve(rounds, slowdowns, screen=g.screen, threshold=g.threshold,
-                                                    alpha=g.alpha, confirm_rounds=per_side, trials=args.trials)
+                                                    alpha=g.alpha, confirm_rounds=per_side, confirm_share=share,
+                                                    trials=args.trials)
     print(text.calibration_markdown(curves, g))
     if args.out:
         out = Path(args.out)

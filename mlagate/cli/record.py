@@ -21,6 +21,7 @@ def run(args, cfg) -> int:
     from mlagate.store.results import results_root
 
     path = record(args.rev, results=results_root(args.results), machine=args.machine,
-                  grid=args.grid, dtypes=args.dtype, impls=args.impl, bench_regex=args.bench)
+                  grid=args.grid, dtypes=args.dtype, impls=args.impl, bench_regex=args.bench,
+                  time_budget_s=cfg.timing.record_s)
     print(f"recorded {args.rev} -> {path}")
     return exits.OK

@@ -19,9 +19,10 @@ def _draw(rng, rounds, index, factor=1.0, size=None):
     return rng.choice(x, size=size or len(x), replace=True) * factor
 
 
-def trial(rng, rounds, slowdown, *, screen, threshold, alpha, confirm_rounds) -> tuple:
+def trial(rng, rounds, slowdown, *, screen, threshold, alpha, confirm_rounds, confirm_share) -> tuple:
     """(screened, failed) for one simulated gate run with an injected slowdown;
-    ``confirm_rounds`` rounds per side in the re-measure."""
+    ``confirm_rounds`` rounds per side in the re-measure, each ``confirm_share`` of a
+    recorded round's samples (perf.yml: the confirm budget's windows over the record's)."""
     order = rng.permutation(len(rounds))
     base_i, head_i, rest = order[0], order[1], order[2:]
     factor = 1 + slowdown
@@ -29,13 +30,16 @@ def trial(rng, rounds, slowdown, *, screen, threshold, alpha, confirm_rounds) ->
     if not screened:
         return False, False
     pairs = rest[: 2 * confirm_rounds]
-    # The re-measure takes fewer samples per round than a recorded run: 1/4 of each round.
-    base = np.concatenate([_draw(rng, rounds, i, size=max(5, len(rounds[i]) // 4)) for i in pairs[0::2]])
-    head = np.concatenate([_draw(rng, rounds, i, factor, size=max(5, len(rounds[i]) // 4)) for i in pairs[1::2]])
+    def size(i):
+        return max(5, round(len(rounds[i]) * confirm_share))
+
+    base = np.concatenate([_draw(rng, rounds, i, size=size(i)) for i in pairs[0::2]])
+    head = np.concatenate([_draw(rng, rounds, i, factor, size=size(i)) for i in pairs[1::2]])
     return True, is_slower(base, head, threshold, alpha)
 
 
-def detection_curve(rounds, slowdowns, *, screen, threshold, alpha, confirm_rounds, trials=400, seed=0) -> list:
+def detection_curve(rounds, slowdowns, *, screen, threshold, alpha, confirm_rounds, confirm_share, trials=400,
+                    seed=0) -> list:
     """[(slowdown, share screened, share failed after confirmation)] per injected slowdown."""
     if len(rounds) < 2 + 2 * confirm_rounds:
         raise ValueError(f"need at least {2 + 2 * confirm_rounds} rounds for confirm_rounds={confirm_rounds}, "
@@ -44,6 +48,6 @@ def detection_curve(rounds, slowdowns, *, screen, threshold, alpha, confirm_roun
     curve = []
     for s in slowdowns:
         outcomes = [trial(rng, rounds, s, screen=screen, threshold=threshold, alpha=alpha,
-                          confirm_rounds=confirm_rounds) for _ in range(trials)]
+                          confirm_rounds=confirm_rounds, confirm_share=confirm_share) for _ in range(trials)]
         curve.append((s, float(np.mean([o[0] for o in outcomes])), float(np.mean([o[1] for o in outcomes]))))
     return curve

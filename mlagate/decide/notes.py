@@ -56,6 +56,7 @@ class Kind(enum.StrEnum):
     UNCONFIRMED = "unconfirmed"  # cases were flagged and the gate ran without --confirm
     NO_BUILD_REPORT = "no_build_report"  # base has a build report, head has none
     UNREADABLE_RESULTS = "unreadable_results"  # of commits other than base and head
+    UNLOCKED_CLOCKS = "unlocked_clocks"  # a side's GPU clocks were not locked (or not read) while it was recorded
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,24 @@
-"""What the asv benchmarks call: parameters, the device-event clock, prepared
-launches and the one-process grid measurement. No statistics and no file I/O."""
+"""What the asv benchmarks call: parameters, one measurement of the grid per record, and the
+clock that hands its samples to asv. No statistics here."""
 
 import functools
+import json
 import math
 import os
 
 from mlagate import config as config_mod
 from mlagate.case import PARAM_NAMES, Case, RunStatus
-from mlagate.measure.timer import EventClock
-from mlagate.measure.environment import device, platform
+from mlagate.measure.environment import platform
 
-CONFIG = config_mod.load(os.environ.get("MLAGATE_CONFIG"))
-_timing = CONFIG.timing
-clock = EventClock(cold_l2=_timing.cold_l2)
-repeat = (_timing.min_samples, _timing.asv_max_samples, _timing.asv_rep_ms / 1e3)
-warmup_s = _timing.warmup_ms / 1e3
+# Set by `mlagate record`: when measuring must stop (epoch seconds), and where every case's
+# result (clocks, dropped windows, skipped cases) goes beside asv's results.
+DEADLINE_ENV, CASES_ENV = "MLAGATE_DEADLINE", "MLAGATE_CASES_OUT"
+
+
+@functools.cache
+def config():
+    """The recorded commit's perf.yml (`mlagate record` points MLAGATE_CONFIG at it)."""
+    return config_mod.load(os.environ.get("MLAGATE_CONFIG"))
 
 
 def preload():
@@ -32,8 +36,8 @@ def _env_list(name, default):
 
 def cases():
     grid = os.environ.get("MLAGATE_GRID", "full")
-    impls = _env_list("MLAGATE_IMPLS", CONFIG.implementations)
-    return CONFIG.cases(grid, impls, platform(), _env_list("MLAGATE_DTYPES", ()))
+    impls = _env_list("MLAGATE_IMPLS", config().implementations)
+    return config().cases(grid, impls, platform(), _env_list("MLAGATE_DTYPES", ()))
 
 
 def params():
@@ -47,43 +51,62 @@ def params():
              unique(c.dtype for c in cs), unique(c.heads for c in cs)], list(PARAM_NAMES))
 
 
-@functools.lru_cache(maxsize=None)
-def _inputs(batch, seqlen, dtype, heads):
-    from mlagate.measure.harness import Inputs
-
-    case = Case("", batch, seqlen, dtype, heads)
-    return Inputs(case, device())
-
-
-@functools.lru_cache(maxsize=None)
-def prepared(impl, batch, seqlen, dtype, heads):
-    """A checked, zero-argument launch (cached: asv re-runs setup per sample)."""
-    import torch
-
-    from mlagate.measure import impls
-    from mlagate.measure.harness import checked_launch
-
-    if not torch.cuda.is_available():
-        raise NotImplementedError("no CUDA or ROCm GPU is visible to torch")
-    if Case(impl, batch, seqlen, dtype, heads) not in cases():  # asv runs the whole product
-        raise NotImplementedError("not in this run's grid (e.g. a head count the vendor kernel lacks)")
-    inputs = _inputs(batch, seqlen, dtype, heads)
-    try:  # WrongResult propagates and fails the benchmark: never timed
-        return checked_launch(impl, inputs, inputs.tensors[0].device)[0]
-    except impls.Unavailable as e:
-        raise NotImplementedError(str(e)) from None
-
-
 def measure_grid() -> dict:
-    """Every case of this run in one worker process, with vendor ratios: {Case: CaseResult}."""
+    """Every case of this run, once, in one worker process: {Case: CaseResult}. asv's setup_cache
+    for every benchmark, so latency samples, TFLOPs and vendor ratios are one measurement. The
+    record-budget cases (what the gate reads) go first, each grid point's together."""
     import torch
 
     from mlagate.measure import grid
 
     if not torch.cuda.is_available():
         return {}
-    results = grid.add_metrics(grid.run_cases(cases(), CONFIG.timing), vendor=CONFIG.platform(platform()).vendor)
+    cs, here = cases(), platform()
+    cfg = config()
+    budgets = {c: cfg.budget_for(c.impl, here) for c in cs}
+    ordered = sorted(cs, key=lambda c: (budgets[c] != "record", grid.point(c)))
+    deadline = float(os.environ[DEADLINE_ENV]) if os.environ.get(DEADLINE_ENV) else None
+    results = grid.run_cases(ordered, cfg.timing, budgets=[budgets[c] for c in ordered], deadline=deadline)
+    results = grid.add_metrics(results, vendor=cfg.platform(here).vendor)
+    if os.environ.get(CASES_ENV):
+        write_cases(os.environ[CASES_ENV], results)
     return {r.case: r for r in results}
+
+
+def write_cases(path, results):
+    """Every case's status, metrics and sampling windows; the samples themselves are in asv's results."""
+    rows = []
+    for r in results:
+        row = r.to_dict()
+        if row.get("samples"):
+            row["samples"] = {k: v for k, v in row["samples"].items() if k != "times_ms"}
+        rows.append(row)
+    with open(path, "w") as f:
+        json.dump({"results": rows}, f)
+
+
+class ReplayClock:
+    """asv's timer for TimeDecode: asv reads it around each call of the benchmark, and each call
+    advances it by the next sample measure_grid took, so the samples asv stores are exactly
+    time_gpu's. Loading the same case again (asv re-runs setup between samples) keeps the place."""
+
+    def __init__(self):
+        self.total_s, self.case, self._samples, self._next = 0.0, None, (), 0
+
+    def __call__(self) -> float:
+        return self.total_s
+
+    def load(self, case, samples_s) -> int:
+        if case != self.case:
+            self.case, self._samples, self._next = case, tuple(samples_s), 0
+        return len(self._samples)
+
+    def advance(self):
+        self.total_s += self._samples[self._next]  # IndexError: asv asked for more samples than exist
+        self._next += 1
+
+
+clock = ReplayClock()
 
 
 def require_measured(measured, *key):
@@ -94,6 +117,13 @@ def require_measured(measured, *key):
         raise NotImplementedError(result.reason)
     if result.status == RunStatus.FAILED:
         raise RuntimeError(f"{result.case.label()} failed: {result.reason}")
+    return result
+
+
+def replay(measured, *key) -> int:
+    """Load a measured case's samples into the clock; their count (asv's ``repeat``)."""
+    result = require_measured(measured, *key)
+    return clock.load(result.case, [t / 1e3 for t in result.samples.times_ms])
 
 
 def metric(measured, name, *key) -> float:

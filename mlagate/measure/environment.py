@@ -83,8 +83,27 @@ def environment(device=None) -> dict:
         env.update(gpu=props.name, arch=device_arch(device), sm_count=props.multi_processor_count,
                    l2_bytes=props.L2_cache_size, memory_bytes=props.total_memory,
                    driver=_query(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
-                   clocks=clocks())
+                   clocks=clocks(), clock_control=_clock_facts(device))
     return env
+
+
+def _clock_facts(device) -> dict:
+    """Whether the GPU's clocks are locked, its top SM clock and power limit (measure.clocks)."""
+    from mlagate.measure import clocks as probes
+
+    probe = probes.open_probe(device)
+    try:
+        return probe.facts()
+    finally:
+        probe.close()
+
+
+def _clock_control_text(c) -> str:
+    if c.get("unavailable"):
+        return f"not read ({c['unavailable']})"
+    locked = {True: "locked", False: "not locked"}.get(c.get("locked"), "not known to be locked")
+    return (f"{locked}; top SM clock {c.get('max_sm_mhz', '?')} MHz, power limit {c.get('power_limit_w', '?')} W "
+            f"({c.get('api', '?')})")
 
 
 # -- reading a run's record {"start": environment(), "end": environment()} back ---------
@@ -113,6 +132,7 @@ FIELDS = (  # label, how to read it from the start and end records; None or "": 
     ("started / ended", lambda s, e: s.get("time") and f"{s['time']} / {e.get('time', 'not recorded')}"),
     ("clocks at start", lambda s, e: s.get("clocks") and _clocks_text(s["clocks"])),
     ("clocks at end", lambda s, e: e.get("clocks") and _clocks_text(e["clocks"])),
+    ("clock control", lambda s, e: s.get("clock_control") and _clock_control_text(s["clock_control"])),
 )
 
 

@@ -13,10 +13,11 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import asdict, replace
 
 from mlagate.case import Case, CaseResult, RunStatus
-from mlagate.config import ROOT, Timing
+from mlagate.config import ROOT, Budget, Timing
 from mlagate.measure import summary
 from mlagate.measure import metrics
 
@@ -96,7 +97,7 @@ def parse_gpus(text):
     return gpus
 
 
-def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
+def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python, budgets, deadline):
     """Feed ``indices`` of ``cases`` to worker processes pinned to ``gpu`` until all are done."""
 
     def deliver(i, result):
@@ -118,7 +119,8 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
             return
     remaining = list(indices)
     while remaining:
-        job = {"timing": asdict(timing), "cases": [[i, asdict(cases[i])] for i in remaining]}
+        job = {"timing": asdict(timing), "deadline": deadline,
+               "cases": [[i, asdict(cases[i]), budgets[i]] for i in remaining]}
         with tempfile.TemporaryFile("w+") as stderr:
             # cwd = the folder holding this mlagate, so `-m` imports this same code (asv runs
             # a commit's benchmarks from a worktree; the cwd's checkout may be another commit).
@@ -155,14 +157,18 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python):
         remaining = [i for i in remaining if i not in results]
 
 
-def run_cases(cases, timing: Timing, *, gpus=None, on_result=None, python=sys.executable) -> list:
-    """Measure every case; returns one CaseResult per case, in order."""
+def run_cases(cases, timing: Timing, *, budgets=None, deadline=None, gpus=None, on_result=None,
+              python=sys.executable) -> list:
+    """Measure every case (under ``budgets[i]``, default "record"); returns one CaseResult per
+    case, in order. A case not started by ``deadline`` (epoch seconds) is skipped, saying so."""
     results, lock = {}, threading.Lock()
+    budgets = list(budgets or ["record"] * len(cases))
     if not gpus:
-        _run_worker(cases, range(len(cases)), timing, None, results, on_result, lock, python)
+        _run_worker(cases, range(len(cases)), timing, None, results, on_result, lock, python, budgets, deadline)
     else:
         threads = [threading.Thread(target=_run_worker,
-                                    args=(cases, part, timing, gpu, results, on_result, lock, python))
+                                    args=(cases, part, timing, gpu, results, on_result, lock, python, budgets,
+                                          deadline))
                    for gpu, part in zip(gpus, shard(cases, len(gpus))) if part]
         for t in threads:
             t.start()
@@ -217,6 +223,10 @@ def read_outputs(path) -> tuple:
     return [CaseResult.from_dict(r) for r in data["results"]], data.get("environment") or {}
 
 
+def timing_from_dict(d: dict) -> Timing:
+    return Timing(**{**d, "budgets": {name: Budget(**b) for name, b in d["budgets"].items()}})
+
+
 def _worker():
     """Measure the cases given on stdin; one protocol line per event on stdout."""
     import torch
@@ -225,18 +235,24 @@ def _worker():
     from mlagate.measure.environment import device as gpu
 
     job = json.load(sys.stdin)
-    timing = Timing(**job["timing"])
-    device = gpu()
-    inputs = None
-    for index, fields in job["cases"]:
+    timing = timing_from_dict(job["timing"])
+    deadline = job.get("deadline")
+    device = inputs = None
+    for index, fields, budget in job["cases"]:
         case = Case(**fields)
         print(MARK + json.dumps({"event": "start", "index": index}), flush=True)
+        if deadline is not None and time.time() > deadline:
+            result = CaseResult(case, RunStatus.SKIPPED, f"not measured: the time budget (timing.record_s = "
+                                                         f"{timing.record_s:g} s) ran out before this case")
+            print(MARK + json.dumps({"event": "done", "index": index, "result": result.to_dict()}), flush=True)
+            continue
         try:
+            device = device or gpu()
             if inputs is None or inputs.shape != shape_of(case):
                 inputs = None  # free the last problem's tensors first
                 torch.cuda.empty_cache()
                 inputs = Inputs(case, device)
-            result = measure_case(case, timing, inputs, device)
+            result = measure_case(case, timing, inputs, device, budget)
         except Exception as e:  # reported per case; the grid goes on
             result = CaseResult(case, RunStatus.FAILED, f"{type(e).__name__}: {e}"[:2000])
         print(MARK + json.dumps({"event": "done", "index": index, "result": result.to_dict()}), flush=True)

@@ -60,14 +60,12 @@ def checked_launch(impl: str, inputs: Inputs, device) -> tuple:
     return launch, check_output(out, inputs.expected)
 
 
-def measure_case(case: Case, timing: Timing, inputs: Inputs, device) -> CaseResult:
+def measure_case(case: Case, timing: Timing, inputs: Inputs, device, budget: str = "record") -> CaseResult:
     try:
         launch, error = checked_launch(case.impl, inputs, device)
     except impls.Unavailable as e:
         return CaseResult(case, RunStatus.SKIPPED, str(e))
     except WrongResult as e:
         return CaseResult(case, RunStatus.FAILED, f"wrong result: {e}")
-    samples = time_gpu(launch, warmup_ms=timing.warmup_ms, rep_ms=timing.rep_ms, min_samples=timing.min_samples,
-                       max_samples=timing.max_samples, cold_l2=timing.cold_l2, cuda_graph=timing.cuda_graph,
-                       device=device)
+    samples = time_gpu(launch, timing, budget, device=device)
     return CaseResult(case, RunStatus.OK, samples=samples, error=error)

@@ -2,7 +2,8 @@
 
 Both commits' kernel files are loaded side by side (``git show``, then imported
 under distinct names) and timed in alternating rounds (A B, B A, ...) on the
-same GPU, with the same inputs. Run-to-run effects (clocks, another tenant, a
+same GPU, with the same inputs, through the record's own timing function (the
+``confirm`` budget per side and round). Run-to-run effects (clocks, another tenant, a
 bimodal boost state) hit both sides alike, so what remains is the code change.
 """
 
@@ -62,25 +63,30 @@ def _launch(module, case: Case, inputs: Inputs):
     return launch
 
 
+def alternate(launches: dict, timing: Timing, rounds: int, budget: str = "confirm", device=None) -> dict:
+    """{name: samples in seconds}: each launch timed once per round under ``budget``, the
+    order alternating round by round (A B, B A, ...), so drift hits every side alike."""
+    names = list(launches)
+    samples = {name: [] for name in names}
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            s = time_gpu(launches[name], timing, budget, device=device)
+            samples[name].extend(t / 1e3 for t in s.times_ms)
+    return {name: tuple(v) for name, v in samples.items()}
+
+
 def interleaved(cases, repo, base_commit, head_commit, timing: Timing, rounds: int) -> dict:
     """{case key: (base samples, head samples)} in seconds, for TileLang cases."""
     base_mod, head_mod = kernel_module_at(repo, base_commit), kernel_module_at(repo, head_commit)
     device = gpu()
-    per_round_ms = max(timing.rep_ms / 2, 20.0)
     results = {}
     for case in cases:
         if not case.impl.startswith(TILELANG_PREFIX):
             raise ConfirmError(f"{case.label()}: only TileLang kernels change between commits")
         inputs = Inputs(case, device)
-        sides = {"base": _launch(base_mod, case, inputs), "head": _launch(head_mod, case, inputs)}
-        samples = {"base": [], "head": []}
-        for r in range(rounds):
-            order = ("base", "head") if r % 2 == 0 else ("head", "base")
-            for side in order:
-                s = time_gpu(sides[side], warmup_ms=timing.warmup_ms if r == 0 else 10.0, rep_ms=per_round_ms,
-                             min_samples=5, max_samples=200, cold_l2=timing.cold_l2, device=device)
-                samples[side].extend(t / 1e3 for t in s.times_ms)
-        results[case.key] = (tuple(samples["base"]), tuple(samples["head"]))
+        sides = alternate({"base": _launch(base_mod, case, inputs), "head": _launch(head_mod, case, inputs)},
+                          timing, rounds, device=device)
+        results[case.key] = (sides["base"], sides["head"])
         del inputs
         torch.cuda.empty_cache()
     return results

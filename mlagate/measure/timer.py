@@ -1,11 +1,19 @@
-"""GPU timing: one function, device events, a cold last-level cache per sample.
+"""GPU timing: one function for every path, device events, a cold last-level cache per call.
 
-Shaped like ``triton.testing.do_bench`` and FlashInfer's ``bench_gpu_time``:
-budgets in milliseconds, raw samples returned, summarising left to the caller.
+Shaped like ``triton.testing.do_bench`` and FlashInfer's ``bench_gpu_time``: a budget
+in milliseconds, raw samples returned, summarising left to the caller. A case is timed
+in windows of back-to-back calls (perf.yml ``timing``); the SM clock and power are read
+while the GPU runs each window, and a window taken while the GPU throttled is dropped
+(``measure.clocks``) and kept aside in the samples.
 """
+
+import math
+import time
 
 from mlagate import hardware
 from mlagate.case import Samples
+from mlagate.config import Budget, Timing
+from mlagate.measure import clocks
 
 
 def last_level_cache_bytes(device) -> int:
@@ -68,17 +76,6 @@ class _Lead:
         return None
 
 
-def _check_options(warmup_ms, rep_ms, min_samples, max_samples):
-    if warmup_ms < 0:
-        raise ValueError(f"warmup_ms must be >= 0, got {warmup_ms}")
-    if rep_ms <= 0:
-        raise ValueError(f"rep_ms must be > 0, got {rep_ms}")
-    if min_samples < 1:
-        raise ValueError(f"min_samples must be >= 1, got {min_samples}")
-    if max_samples < min_samples:
-        raise ValueError(f"max_samples ({max_samples}) must be >= min_samples ({min_samples})")
-
-
 def _graph(fn):
     """Capture fn in a CUDA graph; replays skip the host launch path."""
     import torch
@@ -94,25 +91,44 @@ def _graph(fn):
     return graph.replay
 
 
-def time_gpu(fn, *, warmup_ms: float = 25, rep_ms: float = 100, min_samples: int = 10, max_samples: int = 1000,
-             cold_l2: bool = True, cuda_graph: bool = False, device=None) -> Samples:
-    """Time ``fn()`` with device events, one event pair per call.
+POLL_S = 0.002
+_warm = set()  # devices this process has warmed up for timing.warmup_ms
+_probes = {}
 
-    Warm-up runs for ``warmup_ms`` so clocks are steady; then at least
-    ``min_samples`` and at most ``max_samples`` calls fill ``rep_ms``. With
-    ``cold_l2`` a buffer of twice the last-level cache is written before every
-    call, outside the timed region. ``cuda_graph`` replays a captured graph.
-    A call the GPU reached before the host had queued it is not timed
-    (``Samples.dropped``): its sample would hold host time.
+
+def probe(device) -> clocks.ClockProbe:
+    """This process's clock probe for a torch device (opened once)."""
+    if device.index not in _probes:
+        _probes[device.index] = clocks.open_probe(device.index)
+    return _probes[device.index]
+
+
+def window_plan(estimate_ms: float, timing: Timing) -> tuple:
+    """(calls per window, stride): every stride-th call of a window is timed, at most
+    timing.samples_per_window of them, so short kernels keep the same load without
+    storing thousands of samples."""
+    calls = max(1, int(timing.window_ms / estimate_ms))
+    return calls, max(1, math.ceil(calls / timing.samples_per_window))
+
+
+def time_gpu(fn, timing: Timing, budget: str | Budget = "record", *, device=None) -> Samples:
+    """Time ``fn()`` with device events under a named perf.yml budget.
+
+    Warm-up for the budget's ``warmup_ms`` (``timing.warmup_ms`` for a process's first
+    case on a device), then ``budget.windows`` windows of ``timing.window_ms`` of
+    back-to-back calls, every one after a cache flush when ``timing.cold_l2``. A call
+    the GPU reached before the host had queued it is not timed (``Samples.dropped``):
+    its sample would hold host time.
     """
     import torch
 
-    _check_options(warmup_ms, rep_ms, min_samples, max_samples)
+    spend = timing.budget(budget) if isinstance(budget, str) else budget
     if not torch.cuda.is_available():
         raise RuntimeError("time_gpu needs a CUDA or ROCm device; none is available")
     device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
-    flush = _Flusher(device, cold_l2)
-    call = _graph(fn) if cuda_graph else fn
+    flush = _Flusher(device, timing.cold_l2)
+    call = _graph(fn) if timing.cuda_graph else fn
+    clock = probe(device)
 
     # Estimate one call (with its flush) from five, after a first call that may compile.
     call()
@@ -126,56 +142,49 @@ def time_gpu(fn, *, warmup_ms: float = 25, rep_ms: float = 100, min_samples: int
     end.synchronize()
     estimate_ms = max(start.elapsed_time(end) / 5, 1e-3)
 
+    warmup_ms = spend.warmup_ms if device.index in _warm else max(spend.warmup_ms, timing.warmup_ms)
+    _warm.add(device.index)
     warmup_calls = int(warmup_ms / estimate_ms)
     for _ in range(warmup_calls):
         flush()
         call()
 
-    n = min(max(int(rep_ms / estimate_ms), min_samples), max_samples)
-    lead, pairs, dropped = _Lead(), [], 0
-    lead.sleep()
-    while len(pairs) < n and dropped < n:
-        pair = lead.timed(flush, call)
-        if pair:
-            pairs.append(pair)
-        else:
-            dropped += 1
-    torch.cuda.synchronize()
-    if len(pairs) < min_samples:  # n >= min_samples
-        raise RuntimeError(f"only {len(pairs)} of {n} calls could be timed: the host never got ahead of the GPU")
-    times = tuple(s.elapsed_time(e) for s, e in pairs)
-    return Samples(times, "cuda-graph" if cuda_graph else "cuda-event", flush.nbytes, warmup_calls + 6,
-                   torch.cuda.get_device_name(device), dropped)
-
-
-class EventClock:
-    """A timer for asv: reads cumulative device-event seconds, not wall time.
-
-    asv calls ``timer()`` around each batch of benchmark calls; a benchmark that
-    runs its kernel through :meth:`run` advances this clock by the kernel's event
-    time alone, so asv's samples are GPU times (flush excluded) that asv stores
-    and compares like any other time samples.
-    """
-
-    def __init__(self, cold_l2: bool = True):
-        self.cold_l2 = cold_l2
-        self.total_s = 0.0
-        self._flush = None
-        self._lead = _Lead()
-
-    def __call__(self) -> float:
-        return self.total_s
-
-    def run(self, fn):
-        import torch
-
-        if self._flush is None:
-            self._flush = _Flusher(torch.cuda.current_device(), self.cold_l2)
-        self._lead.sleep()  # each sample starts from an idle GPU
-        for _ in range(64):
-            pair = self._lead.timed(self._flush, fn)
+    calls, stride = window_plan(estimate_ms, timing)
+    lead, windows, dropped = _Lead(), [], 0
+    for _ in range(spend.windows):
+        pairs, readings = [], []
+        lead.sleep()
+        for i in range(calls):
+            if i % stride:
+                flush()
+                call()
+                continue
+            pair = lead.timed(flush, call)
             if pair:
-                pair[1].synchronize()
-                self.total_s += pair[0].elapsed_time(pair[1]) / 1e3
-                return
-        raise RuntimeError("the host never got ahead of the GPU in 64 tries")
+                pairs.append(pair)
+            else:
+                dropped += 1
+        done = torch.cuda.Event()
+        done.record()
+        while not done.query():  # the GPU is still in this window: read its clock
+            readings.append(clock.read())
+            time.sleep(POLL_S)
+        done.synchronize()
+        if not readings:
+            readings.append(clock.read())
+        windows.append(([s.elapsed_time(e) for s, e in pairs], clocks.summarize([r for r in readings if r])))
+    return _samples(windows, timing, budget if isinstance(budget, str) else "", flush.nbytes, warmup_calls + 6,
+                    torch.cuda.get_device_name(device), dropped)
+
+
+def _samples(windows, timing, budget, flush_bytes, warmup_calls, device_name, dropped) -> Samples:
+    drop = clocks.dropped_windows([w for _, w in windows], timing.max_clock_drop)
+    kept = tuple(t for (times, _), d in zip(windows, drop) if not d for t in times)
+    if len(kept) < timing.min_samples:
+        raise RuntimeError(f"only {len(kept)} calls could be timed (timing.min_samples is {timing.min_samples}): "
+                           "the host never got ahead of the GPU")
+    info = tuple({"samples": len(times), "sm_mhz": w.sm_mhz, "power_w": w.power_w, "throttle": list(w.throttle),
+                  "kept": not d} for (times, w), d in zip(windows, drop))
+    return Samples(kept, "cuda-graph" if timing.cuda_graph else "cuda-event", flush_bytes, warmup_calls,
+                   device_name, dropped, budget, info,
+                   tuple(t for (times, _), d in zip(windows, drop) if d for t in times))

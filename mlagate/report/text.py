@@ -149,3 +149,20 @@ def calibration_markdown(curves, gate) -> str:
     for label, curve in curves.items():
         lines.append(f"| {label} | " + " | ".join(f"{failed:.2f}" for _, _, failed in curve) + " |")
     return "\n".join(lines)
+
+
+def clock_warning(facts, windows) -> str | None:
+    """The line every report of a run carries when its GPU clocks were not locked (or not read):
+    ``facts`` is the environment record's clock_control, ``windows`` the run's sampling windows."""
+    if not isinstance(facts, dict) or facts.get("locked") is True:
+        return None  # locked, or a record from before the clocks were read
+    if facts.get("unavailable"):
+        return (f"GPU clocks not read on this runner ({facts['unavailable']}): no window taken while the GPU "
+                "throttled could be dropped (docs/clocks.md)")
+    clocks = [w["sm_mhz"] for w in windows if isinstance(w.get("sm_mhz"), (int, float))]
+    seen = f": the SM clock read {min(clocks):.0f}-{max(clocks):.0f} MHz over {len(clocks)} sampling windows" \
+        if clocks else ""
+    dropped = sum(1 for w in windows if w.get("kept") is False)
+    return (f"GPU clocks not locked on this runner{seen}, {dropped} window(s) dropped as throttled; changes "
+            "near the screen may be clock noise (docs/clocks.md)")
+

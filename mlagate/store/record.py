@@ -21,9 +21,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from mlagate.measure import environment
+from mlagate.measure.asv_suite import CASES_ENV, DEADLINE_ENV
 from mlagate import gitops
 from mlagate.gitops import git, resolve
 from mlagate.store.errors import StoreError
@@ -51,8 +53,9 @@ def asv_config(source: Path, results: Path, html: Path) -> dict:
 
 
 def record(rev: str, *, results: Path, machine: str, grid: str = "full", dtypes=None, impls=None,
-           bench_regex: str | None = None, echo=print) -> Path:
-    """Record ``rev`` into the store at ``results``; returns the asv results file."""
+           bench_regex: str | None = None, time_budget_s: float | None = None, echo=print) -> Path:
+    """Record ``rev`` into the store at ``results``; returns the asv results file. Cases not
+    started within ``time_budget_s`` of the start are stored as skipped, saying why."""
     results = Path(results).resolve()  # asv reads a relative results_dir against its config file's folder
     if not gpu_available():
         raise ValueError(f"no GPU: torch.cuda.is_available() is False in this process; mlagate record measures "
@@ -65,7 +68,8 @@ def record(rev: str, *, results: Path, machine: str, grid: str = "full", dtypes=
         _refuse_recorded(results, machine, commit)  # again: a record we waited for may have stored it
         tree = Path(tempfile.mkdtemp(prefix=_tree_prefix(results), dir=_trees()))
         try:
-            staging = _run_asv(tree, commit, machine, grid, dtypes, impls, bench_regex, echo)
+            deadline = time.time() + time_budget_s if time_budget_s else None
+            staging = _run_asv(tree, commit, machine, grid, dtypes, impls, bench_regex, deadline, echo)
             return install_record(staging, results, machine)
         finally:
             _remove_tree(tree)
@@ -107,7 +111,7 @@ def _remove_tree(tree: Path):
 
 # -- asv ---------------------------------------------------------------------------
 
-def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, echo) -> Path:
+def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, deadline, echo) -> Path:
     """asv and the sidecars, into the staging results directory ``tree/results``; returns it."""
     source = gitops.REPO
     if not _is_checked_out(commit, gitops.REPO):
@@ -117,6 +121,10 @@ def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, echo
     conf_path = tree / "asv.conf.json"
     conf_path.write_text(json.dumps(asv_config(source, staging, tree / "html"), indent=1))
     env = _asv_env(source, grid, dtypes, impls)
+    cases_file = tree / "cases.json"
+    env[CASES_ENV] = str(cases_file)
+    if deadline:
+        env[DEADLINE_ENV] = repr(deadline)
     asv = [sys.executable, "-m", "asv"]
     out = subprocess.run([*asv, "machine", "--machine", machine, "--yes", "--config", str(conf_path)], env=env,
                          capture_output=True, text=True)
@@ -137,6 +145,8 @@ def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, echo
     staged.write_sidecar(machine, commit, "asv-log", {"command": cmd, "exit_code": code, "log": log[-200_000:]})
     staged.write_sidecar(machine, commit, "env", {"start": start, "end": end, "grid": grid, "dtypes": dtypes,
                                                   "impls": impls, "platform": start["platform"]})
+    if cases_file.exists():  # a commit from before one measurement per record writes none
+        staged.write_sidecar(machine, commit, "cases", json.loads(cases_file.read_text()))
     return staging
 
 

@@ -17,7 +17,6 @@ MLAGATE_REHEARSAL set. What stands in, and nothing more:
 
 import importlib.abc
 import importlib.machinery
-import itertools
 import json
 import os
 import sys
@@ -59,25 +58,14 @@ def patch_timer(timer):
     def samples_of(fn, shape):
         return recorded_samples(fn.rehearsal_impl, shape[0])
 
-    def time_gpu(fn, *, min_samples=10, device=None, **_):
+    def time_gpu(fn, timing, budget="record", *, device=None):
         from mlagate.case import Samples
 
         times = samples_of(fn, fn.rehearsal_shape)
-        assert len(times) >= min_samples
-        return Samples(times, "rehearsal: H200 samples", 0, 0, MI300X.name)
+        assert len(times) >= timing.min_samples
+        return Samples(times, "rehearsal: H200 samples", 0, 0, MI300X.name, budget=budget)
 
-    class EventClock:
-        def __init__(self, cold_l2=True):
-            self.total_s, self.streams = 0.0, {}
-
-        def __call__(self):
-            return self.total_s
-
-        def run(self, fn):
-            stream = self.streams.setdefault(fn, itertools.cycle(samples_of(fn, fn.rehearsal_shape)))
-            self.total_s += next(stream) / 1e3
-
-    timer.time_gpu, timer.EventClock = time_gpu, EventClock
+    timer.time_gpu = time_gpu
 
 
 def patch_kernels(m):
