@@ -1,0 +1,34 @@
+"""`mlagate ladder`: qualify a runner. Throw-away commits on base add a GPU spin of x% of each case's own
+time (calibrated on the GPU); each is recorded and gated against base, repeatedly, and a table says what
+the gate measured against what was injected. Exit 0 once the table is written: it reports, it does not judge."""
+
+from mlagate import exits
+from mlagate.decide.ladder import DEFAULT_STEPS, step_name
+
+
+def add_parser(sub):
+    p = sub.add_parser("ladder", help="qualify a runner: gate calibrated slowdowns against base, tabulate what "
+                                      "it measured (records, re-measures; not for pull requests)")
+    p.add_argument("--base", required=True, help="the commit the steps are made on and gated against")
+    p.add_argument("--steps", default=",".join(map(step_name, DEFAULT_STEPS)),
+                   help="slowdowns to inject, in %% of each case's own time (default %(default)s)")
+    p.add_argument("--reps", default="3", help="repetitions, each with a results store of its own (default 3)")
+    p.add_argument("--grid", default="quick", choices=("quick", "full"), help="grid of the records (default quick)")
+    p.add_argument("--impls", default=None,
+                   help="implementations to record, comma-separated (default: the platform's TileLang config and "
+                        "its vendor kernel, whose ratio the gate needs); the gated TileLang ones get the delay")
+    p.add_argument("--machine", default=None, help="asv machine name (default: this host's name)")
+    p.add_argument("--out", default="out/ladder",
+                   help="folder for everything; run again with the same arguments and --out to resume")
+    p.set_defaults(func=run)
+
+
+def run(args, cfg) -> int:
+    from mlagate import ladder
+
+    plan = ladder.plan(cfg, base_rev=args.base, steps=args.steps, reps=args.reps, grid=args.grid,
+                       impls=args.impls, machine=args.machine, out=args.out)
+    files = ladder.write_outputs(ladder.run_ladder(cfg, plan), plan.out)
+    print(files["markdown"].read_text())
+    print(f"wrote {', '.join(str(p) for p in files.values())}")
+    return exits.OK

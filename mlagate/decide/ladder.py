@@ -1,0 +1,182 @@
+"""The ladder's arithmetic (`mlagate ladder`, which qualifies a runner). Pure: no I/O, no GPU.
+
+Which delay to inject for a step of x% of a case's own time: the delay is a GPU spin of ``c`` cycles
+after each TileLang decode call, and what it adds was measured on the GPU at two cycle counts, so
+``added(c) = overhead + slope * c`` (overhead: what one more launch adds at c = 0). A step below that
+overhead is injected at c = 0 and says so. The patch that injects it, and the table's numbers:
+recorded and confirmed change against the injected one, in percentage points.
+"""
+
+import math
+
+DEFAULT_STEPS = (0.0, 1.0, 2.0, 3.0, 5.0, 8.0)  # percent of each case's own time
+MAX_STEP = 50.0
+TOLERANCE_PP = 0.5  # where a qualified runner's measured change must land around the injected one
+PATCH_MARK = "# mlagate ladder"
+
+
+def parse_steps(text: str) -> tuple:
+    """--steps "0,1,2.5" -> (0.0, 1.0, 2.5): distinct, in the order given; a ValueError names --steps."""
+    steps = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        try:
+            value = float(item.removesuffix("%"))
+        except ValueError:
+            raise ValueError(f"--steps: {item!r} is not a percentage (give e.g. --steps 0,1,2,3,5,8)") from None
+        if not math.isfinite(value) or not 0 <= value <= MAX_STEP:
+            raise ValueError(f"--steps: {item!r} is out of range; a step is a slowdown of 0 to {MAX_STEP:g} %")
+        if value in steps:
+            raise ValueError(f"--steps: {item!r} is given twice")
+        steps.append(value)
+    return tuple(steps)
+
+
+def step_name(step: float) -> str:
+    """5.0 -> "5", 2.5 -> "2.5": in file names, refs and JSON keys."""
+    return f"{step:g}"
+
+
+def shape_key(case_key: tuple) -> tuple:
+    """A case (impl, batch, seqlen, dtype, heads) as the patch looks it up on a CompiledDecode:
+    (config name, batch, seqlen, heads, dtype) of ``self.plan``."""
+    impl, batch, seqlen, dtype, heads = case_key
+    return (impl.split("-", 1)[1], batch, seqlen, heads, dtype)
+
+
+# -- calibration -----------------------------------------------------------------------------
+
+def probe_cycles(median_s: float, clock_hz: float = 1.5e9, share: float = 0.08) -> int:
+    """The second calibration point: about ``share`` of the case's time at a guessed clock."""
+    return max(1000, round(share * median_s * clock_hz))
+
+
+def fit(none_s: float, zero_s: float, probe_s: float, probe: int) -> tuple:
+    """(overhead s, slope s/cycle) of added(c) from the medians: the launch alone, with a spin of
+    0 cycles, and with ``probe`` cycles."""
+    slope = (probe_s - zero_s) / probe
+    if not slope > 0:
+        raise ValueError(f"calibration: a spin of {probe} cycles added no time ({zero_s * 1e6:.2f} -> "
+                         f"{probe_s * 1e6:.2f} µs); the GPU's timing is not usable for the ladder")
+    return zero_s - none_s, slope
+
+
+def cycles_for(step: float, median_s: float, overhead_s: float, slope: float) -> tuple:
+    """(cycles, below_overhead) that add ``step`` % of ``median_s``; a step smaller than the
+    overhead of the extra launch is injected at 0 cycles (below_overhead: its injected value is
+    that overhead, as measured)."""
+    cycles = round((step / 100 * median_s - overhead_s) / slope)
+    return (0, True) if cycles < 0 else (cycles, False)
+
+
+# -- the throw-away commit's kernel file -------------------------------------------------------
+
+def patched(source: str, step: float, cycles: dict, run_id: str) -> str:
+    """kernels/mla_decode.py with the step appended. Step 0: one comment line. Otherwise a block
+    that wraps CompiledDecode.__call__ with a spin of cycles[shape_key] after the original call,
+    for the listed shapes only (``cycles``: {shape_key: cycles})."""
+    text = source if source.endswith("\n") else source + "\n"
+    if step == 0:
+        return text + f"{PATCH_MARK} {run_id}: step 0% (no delay)\n"
+    rows = "".join(f"    {key!r}: {int(c)},\n" for key, c in sorted(cycles.items()))
+    return text + f'''
+
+{PATCH_MARK} {run_id}: step {step_name(step)}% -- a calibrated GPU spin after each decode call.
+# Keys: (config, batch, seqlen, heads, dtype) of the plan; any other shape runs unchanged.
+_LADDER_CYCLES = {{
+{rows}}}
+_ladder_call = CompiledDecode.__call__
+
+
+def _ladder_delayed(self, *args, **kwargs):
+    result = _ladder_call(self, *args, **kwargs)
+    shape = self.plan.shape
+    cycles = _LADDER_CYCLES.get((self.plan.config.name, shape.batch, shape.seqlen, shape.heads, shape.dtype))
+    if cycles is not None:  # 0 cycles still launches the spin: a step below its overhead injects that
+        import torch
+
+        torch.cuda._sleep(cycles)
+    return result
+
+
+CompiledDecode.__call__ = _ladder_delayed
+'''
+
+
+# -- the table -----------------------------------------------------------------------------
+
+def step_result(verdict, cases, calibrated: dict, rep: int, step: float, commit: str) -> dict:
+    """What the table keeps of one gate run (a Verdict), per case: injected (``calibrated``: calibration's
+    per-case steps, by label), recorded and confirmed change, status. A case the verdict lacks is "missing"."""
+    name = step_name(step)
+    by_key = {tuple(cv.case): cv for cv in verdict.cases}
+    out = []
+    for case in cases:
+        cv = by_key.get(case.key)
+        confirmation = (cv.confirmation or {}) if cv else {}
+        out.append({"case": list(case.key), "label": case.label(), **calibrated[case.label()]["steps"][name],
+                    "recorded": cv.change if cv else None, "confirmed": confirmation.get("change"),
+                    "confirm_p": confirmation.get("p_value"), "status": cv.status.value if cv else "missing",
+                    "reasons": [n.kind.value for n in cv.reasons] if cv else ["not in the gate's verdict"]})
+    return {"rep": rep, "step": step, "commit": commit, "outcome": verdict.outcome.value,
+            "exit_code": verdict.exit_code, "errors": [str(e) for e in verdict.errors], "cases": out}
+
+
+# -- the rows -----------------------------------------------------------------------------
+
+def error_pp(measured, injected):
+    """|measured - injected| in percentage points, or None where nothing was measured."""
+    return None if measured is None or injected is None else abs(measured - injected) * 100
+
+
+def rows(step_results: list) -> list:
+    """One row per (rep, step, case) from the step results, in the order given."""
+    out = []
+    for s in step_results:
+        for c in s["cases"]:
+            out.append({"rep": s["rep"], "step": s["step"], "label": c["label"], "case": c["case"],
+                        "injected": c["injected"], "below_overhead": c.get("below_overhead", False),
+                        "recorded": c["recorded"], "confirmed": c["confirmed"], "status": c["status"],
+                        "recorded_pp": error_pp(c["recorded"], c["injected"]),
+                        "confirmed_pp": error_pp(c["confirmed"], c["injected"])})
+    return out
+
+
+def _max(values):
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def summary(table: list, steps) -> list:
+    """Per step over every rep and case: verdict counts, the injected range, the largest errors
+    (pp) and how many measured changes lie within TOLERANCE_PP of the injected one."""
+    out = []
+    for step in steps:
+        mine = [r for r in table if r["step"] == step]
+        errors = [e for r in mine for e in (r["recorded_pp"], r["confirmed_pp"]) if e is not None]
+        injected = [r["injected"] for r in mine if r["injected"] is not None]
+        out.append({"step": step, "n": len(mine), "pass": sum(r["status"] == "pass" for r in mine),
+                    "fail": sum(r["status"] == "regression" for r in mine),
+                    "other": sum(r["status"] not in ("pass", "regression") for r in mine),
+                    "injected_min": min(injected, default=None), "injected_max": max(injected, default=None),
+                    "max_recorded_pp": _max(r["recorded_pp"] for r in mine),
+                    "max_confirmed_pp": _max(r["confirmed_pp"] for r in mine),
+                    "measured": len(errors), "within": sum(e <= TOLERANCE_PP for e in errors)})
+    return out
+
+
+# -- resuming -----------------------------------------------------------------------------
+
+IDENTITY = ("base", "machine", "grid", "impls", "cases", "steps")
+
+
+def mismatch(saved: dict, wanted: dict) -> list:
+    """The identity fields in which a saved calibration differs from this run's (reps may grow)."""
+    return [k for k in IDENTITY if _norm(saved.get(k)) != _norm(wanted.get(k))]
+
+
+def _norm(value):
+    """JSON turns tuples into lists: compare them alike."""
+    if isinstance(value, (list, tuple)):
+        return [_norm(v) for v in value]
+    return value

@@ -1,0 +1,282 @@
+"""`mlagate ladder`'s pipeline: qualify a runner by gating known slowdowns. Not on the pull-request path.
+
+Calibration first, once per ladder on the GPU: for each case, the base commit's kernel alone against the
+kernel followed by a GPU spin of 0 and of a probe's cycles, alternated; from those medians the cycles that
+add each step's x% (mlagate/decide/ladder.py), each verified by measuring it once more: that measured
+share is the step's injected value. Then one throw-away commit per step on top of base (a comment for
+0%, the spin for the others), kept by a ref under refs/mlagate/ladder/. Each repetition records base and
+every step's commit through the normal `record` path into a store of its own and gates each step against
+base with --confirm. Every finished step is a JSON file in its repetition's folder, so a killed ladder
+started again with the same arguments and --out resumes where it stopped. The refs stay after the ladder
+(its table names the commits); `git for-each-ref --format='delete %(refname)' refs/mlagate/ladder/ |
+git update-ref --stdin` drops them all.
+"""
+
+import json
+import os
+import platform as _platform
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlagate import gitops
+from mlagate.case import Case
+from mlagate.config import Config
+from mlagate.decide import ladder
+from mlagate.gitops import GitError, git, resolve
+from mlagate.measure.summary import median
+
+KERNEL_FILE = "kernels/mla_decode.py"
+TILELANG_PREFIX = "tilelang-"  # mlagate.measure.impls' (imported there with torch and the kernels)
+REF_ROOT = "refs/mlagate/ladder"
+CALIBRATION_ROUNDS = 20  # alternated rounds per calibration measurement (the gate's re-measure has 10)
+# The throw-away commits: a fixed identity, no hooks, no signing, whatever the user's git config says.
+GIT_SETTINGS = ("-c", "user.name=mlagate ladder", "-c", "user.email=mlagate-ladder@localhost",
+                "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked ladder: what to run, where; ``cases`` are the gated TileLang cases the spin is injected in."""
+    base: str
+    steps: tuple
+    reps: int
+    grid: str
+    impls: tuple
+    machine: str
+    out: Path
+    cases: tuple
+
+    def identity(self) -> dict:
+        return {"base": self.base, "machine": self.machine, "grid": self.grid, "impls": list(self.impls),
+                "cases": [list(c.key) for c in self.cases], "steps": list(self.steps)}
+
+
+def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="quick", impls=None, machine=None,
+         out="out/ladder") -> Plan:
+    """Every input checked before anything is written; a ValueError names the option."""
+    from mlagate.measure.environment import platform
+
+    steps = ladder.parse_steps(steps) if isinstance(steps, str) else ladder.parse_steps(",".join(map(str, steps)))
+    try:
+        reps = int(reps)
+    except (TypeError, ValueError):
+        raise ValueError(f"--reps: {reps!r} is not a whole number") from None
+    if reps < 1:
+        raise ValueError(f"--reps: must be at least 1, got {reps}")
+    if grid not in cfg.grid.sizes:
+        raise ValueError(f"--grid: {grid!r} is not a grid of perf.yml ({', '.join(cfg.grid.sizes)})")
+    here = platform()
+    names = [i.strip() for i in impls.split(",") if i.strip()] if isinstance(impls, str) else list(impls or ())
+    # the vendor too by default: a gated case without its vendor ratio is an error in the gate
+    names = list(dict.fromkeys(names or [cfg.platform(here).tilelang, cfg.platform(here).vendor]))
+    unknown = [i for i in names if i not in cfg.implementations]
+    if unknown:
+        raise ValueError(f"--impls: unknown implementation {unknown[0]!r}; perf.yml has "
+                         f"{', '.join(cfg.implementations)}")
+    gated = [i for i in names if i.startswith(TILELANG_PREFIX) and i in cfg.gate.gated]
+    cases = tuple(cfg.cases(grid, gated, here)) if gated else ()
+    if not cases:
+        raise ValueError(f"--impls: no case of a gated TileLang config ({', '.join(cfg.gate.gated)}) among "
+                         f"{', '.join(names)} in the {grid} grid on {here}")
+    try:
+        base = resolve(base_rev)
+    except GitError as e:
+        raise ValueError(f"--base {base_rev!r}: not a commit in {gitops.REPO} ({e})") from None
+    checked = Plan(base, steps, reps, grid, tuple(names), machine or _platform.node(), Path(out), cases)
+    saved = read_calibration(checked.out)
+    differ = ladder.mismatch(saved, checked.identity()) if saved is not None else []
+    if differ:
+        raise ValueError(f"--out {checked.out}: holds a ladder with another {', '.join(differ)} (calibration.json); "
+                         "give another --out, or remove it to start over")
+    return checked
+
+
+def run_ladder(cfg: Config, p: Plan, echo=print) -> dict:
+    """Calibrate (or reuse the calibration), make the step commits, run every repetition; the ladder's
+    document (also written as ladder.json). Steps already done in --out are read, not redone."""
+    from mlagate.store import record as recorder
+
+    if not recorder.gpu_available():
+        raise ValueError(f"no GPU: torch.cuda.is_available() is False in this process; mlagate ladder measures on "
+                         f"a CUDA or ROCm GPU and wrote nothing in {p.out}")
+    p.out.mkdir(parents=True, exist_ok=True)
+    calibration = read_calibration(p.out)
+    if calibration is None:
+        calibration = calibrate(cfg, p, echo)
+        write_json(p.out / "calibration.json", calibration)
+    else:
+        echo(f"reusing the calibration in {p.out / 'calibration.json'} (ladder {calibration['run_id']})")
+    commits = {step: step_commit(p, calibration, step) for step in p.steps}
+    results = [run_step(cfg, p, calibration, rep, step, commits[step], echo)
+               for rep in range(1, p.reps + 1) for step in p.steps]
+    table = ladder.rows(results)
+    return {**p.identity(), "reps": p.reps, "run_id": calibration["run_id"],
+            "commits": {ladder.step_name(s): c for s, c in commits.items()},
+            "gate": {"screen": cfg.gate.screen, "threshold": cfg.gate.threshold, "alpha": cfg.gate.alpha},
+            "tolerance_pp": ladder.TOLERANCE_PP, "calibration": calibration, "steps_run": results,
+            "table": table, "summary": ladder.summary(table, p.steps)}
+
+
+# -- calibration (on the GPU) ------------------------------------------------------------------
+
+def calibrate(cfg: Config, p: Plan, echo) -> dict:
+    from mlagate.measure import environment, interleaved
+
+    run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{p.base[:8]}-{os.getpid()}"
+    module = interleaved.kernel_module_at(gitops.REPO, p.base)
+    device = environment.device()
+    per_case = {}
+    for case in p.cases:
+        echo(f"calibrating the spin on {case.label()} ({CALIBRATION_ROUNDS} alternated rounds)")
+        launch = _kernel_launch(module, case, device)
+        per_case[case.label()] = calibrate_case(cfg, launch, p.steps, device, interleaved.alternate)
+        del launch
+        _free_memory()
+    return {"version": 1, "run_id": run_id, **p.identity(), "rounds": CALIBRATION_ROUNDS, "cases_calibrated": per_case}
+
+
+def calibrate_case(cfg: Config, launch, steps, device, alternate) -> dict:
+    """Fit added(c) from the launch alone and with a spin of 0 and of a probe's cycles, solve each step,
+    then measure each step's spin once more: its share of the launch's median is the injected value."""
+    first = _medians(alternate({"none": launch}, cfg.timing, 1, device=device))
+    probe = ladder.probe_cycles(first["none"])
+    fitted = _medians(alternate({"none": launch, "spin:0": _spun(launch, 0), f"spin:{probe}": _spun(launch, probe)},
+                                cfg.timing, CALIBRATION_ROUNDS, device=device))
+    overhead, slope = ladder.fit(fitted["none"], fitted["spin:0"], fitted[f"spin:{probe}"], probe)
+    solved = {s: ladder.cycles_for(s, fitted["none"], overhead, slope) for s in steps if s > 0}
+    spins = sorted({c for c, _ in solved.values()})
+    verified = _medians(alternate({"none": launch, **{f"spin:{c}": _spun(launch, c) for c in spins}}, cfg.timing,
+                                  CALIBRATION_ROUNDS, device=device))
+    per_step = {ladder.step_name(s): {"cycles": solved[s][0], "below_overhead": solved[s][1],
+                                      "injected": verified[f"spin:{solved[s][0]}"] / verified["none"] - 1}
+                if s > 0 else {"cycles": None, "below_overhead": False, "injected": 0.0}  # 0: a comment, nothing added
+                for s in steps}
+    return {"median_s": fitted["none"], "probe_cycles": probe, "fit_medians_s": fitted, "overhead_s": overhead,
+            "slope_s_per_cycle": slope, "verify_medians_s": verified, "steps": per_step}
+
+
+def _medians(samples: dict) -> dict:
+    return {name: median(s) for name, s in samples.items()}
+
+
+def _spun(launch, cycles: int):
+    import torch
+
+    def launch_then_spin():
+        out = launch()
+        torch.cuda._sleep(cycles)
+        return out
+
+    return launch_then_spin
+
+
+def _kernel_launch(module, case: Case, device):
+    """The base kernel's checked launch on the case's inputs (the re-measure's own)."""
+    from mlagate.measure import interleaved
+    from mlagate.measure.harness import Inputs
+
+    return interleaved._launch(module, case, Inputs(case, device))
+
+
+def _free_memory():
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# -- the throw-away commits ---------------------------------------------------------------
+
+def step_commit(p: Plan, calibration: dict, step: float) -> str:
+    """base + the step's kernels/mla_decode.py, made once and kept by a ref; the user's checkout,
+    index and HEAD are not touched (the commit is made in a worktree of its own)."""
+    name, run_id = ladder.step_name(step), calibration["run_id"]
+    ref = f"{REF_ROOT}/{run_id}/step-{name}"
+    cycles = {ladder.shape_key(c.key): calibration["cases_calibrated"][c.label()]["steps"][name]["cycles"]
+              for c in p.cases}
+    text = ladder.patched(git("show", f"{p.base}:{KERNEL_FILE}", strip=False), step, cycles, run_id)
+    existing = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+    if existing and _is_step(existing, p.base, text):
+        return existing
+    spin = "no delay, a comment only" if step == 0 else "a calibrated GPU spin after each TileLang decode call"
+    message = (f"mlagate ladder {run_id}: step {name}% ({spin})\n\nA throw-away commit of `mlagate ladder` "
+               f"(qualifies a runner), on {p.base}; never merge it.\n")
+    tmp = Path(tempfile.mkdtemp(prefix="mlagate-ladder-"))
+    tree = tmp / "tree"
+    try:
+        git(*GIT_SETTINGS, "worktree", "add", "--detach", "--no-checkout", str(tree), p.base)
+        git("read-tree", "HEAD", repo=tree)  # the worktree's own index: base's tree
+        (tree / KERNEL_FILE).parent.mkdir(parents=True, exist_ok=True)
+        (tree / KERNEL_FILE).write_text(text)
+        git(*GIT_SETTINGS, "add", KERNEL_FILE, repo=tree)
+        git(*GIT_SETTINGS, "commit", "--quiet", "--no-verify", "-m", message, repo=tree)
+        commit = resolve("HEAD", tree)
+    finally:
+        git("worktree", "remove", "--force", str(tree), check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+        git("worktree", "prune", check=False)
+    git("update-ref", ref, commit)
+    return commit
+
+
+def _is_step(commit: str, base: str, text: str) -> bool:
+    parents = git("rev-list", "--parents", "-n", "1", commit).split()[1:]
+    return parents == [base] and git("show", f"{commit}:{KERNEL_FILE}", strip=False) == text
+
+
+# -- the repetitions -----------------------------------------------------------------------
+
+def run_step(cfg: Config, p: Plan, calibration: dict, rep: int, step: float, commit: str, echo) -> dict:
+    """One step of one repetition: its JSON if done, else record what its store lacks and gate."""
+    from mlagate.gate import run_gate
+
+    name, folder = ladder.step_name(step), p.out / f"rep{rep}"
+    done = folder / f"step{name}.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    results = folder / "results"
+    for rev in (p.base, commit):
+        _record_once(rev, results, p, echo)
+    echo(f"rep {rep}, step {name}%: gating {commit[:10]} against base {p.base[:10]}")
+    out = run_gate(cfg, base_rev=p.base, head_rev=commit, results=results, out_dir=folder / f"step{name}",
+                   machine=p.machine, confirm=True, grid=p.grid, echo=echo)
+    result = ladder.step_result(out.verdict, p.cases, calibration["cases_calibrated"], rep, step, commit)
+    write_json(done, result)
+    return result
+
+
+def _record_once(rev: str, results: Path, p: Plan, echo):
+    from mlagate.store import record as recorder
+    from mlagate.store.results import Store
+
+    if Store(results).load(p.machine, rev) is None:
+        recorder.record(rev, results=results, machine=p.machine, grid=p.grid, impls=list(p.impls), echo=echo)
+
+
+# -- files ----------------------------------------------------------------------------
+
+def write_outputs(doc: dict, out: Path) -> dict:
+    """ladder.json (everything), ladder.md (the table) and ladder.png (measured against injected)."""
+    from mlagate.report import ladder as report
+
+    files = {"json": out / "ladder.json", "markdown": out / "ladder.md", "plot": out / "ladder.png"}
+    write_json(files["json"], doc)
+    files["markdown"].write_text(report.markdown(doc))
+    report.plot_png(files["plot"], doc)
+    return files
+
+
+def read_calibration(out: Path) -> dict | None:
+    path = Path(out) / "calibration.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_json(path: Path, data) -> None:
+    """Atomically: a killed ladder leaves the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# H200 steps of 2026-11-30 (issue 15: one clock, a record budget, the ladder). After `notes/h200_heads.sh unpack1`:
+#   step tests  : core packages (carry .gpu/p2); GPU test suite; every TileLang kernel of the full grid precompiled
+#   step record : a full-grid `mlagate record` of this tree (all implementations, perf.yml's dtypes), timed
+#   step ladder : `mlagate ladder` on the quick grid, 3 repetitions (resumable: carry out/ladder back in)
+set -uo pipefail
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+quiet() { grep -v -e Warning -e "TileLang begins" -e "TileLang completes" -e "^ *asv: skipped" -e "For parameters"; }
+timed() { local t0=$SECONDS; "$@"; local rc=$?; echo "[$* -> exit $rc, $((SECONDS - t0)) s]"; return $rc; }
+this_tree() {  # the device's .git is the session's first snapshot: commit the tree there once
+  git log -1 --format=%s | grep -q "^h200: this tree" && return
+  git add -A -- . ":!.gpu" ":!out" && GIT_AUTHOR_DATE=2026-11-30T12:00:00Z GIT_COMMITTER_DATE=2026-11-30T12:00:00Z \
+    git -c user.name=h200 -c user.email=h200@localhost commit -qm "h200: this tree"
+}
+case "$1" in
+tests)
+  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
+  this_tree; git log --oneline -1
+  python3 -c "import pynvml; print('nvidia-ml-py', pynvml.__file__)"
+  timed timeout 300 python3 -m pytest tests -m gpu -n 8 -q -p no:cacheprovider --benchmark-disable 2>&1 \
+    | tee "$OUT/pytest_gpu.log" | tail -12
+  timed timeout 250 python3 notes/precompile.py --grid full --jobs 15 2>&1 | quiet | tail -3
+  ;;
+record)
+  this_tree; git log --oneline -1
+  t0=$(date +%s.%N)
+  timed timeout 580 python3 -m mlagate.cli record --rev HEAD --machine h200 --results /tmp/res --grid full 2>&1 \
+    | quiet > "$OUT/record.log"; tail -5 "$OUT/record.log"
+  python3 - "$t0" <<'PY' | tee "$OUT/record_summary.txt"
+import json, statistics, sys, time, glob
+wall = time.time() - float(sys.argv[1])
+cases = json.load(open(glob.glob("/tmp/res/h200/*-cases.sidecar")[0]))["results"]
+env = json.load(open(glob.glob("/tmp/res/h200/*-env.sidecar")[0]))
+print(f"record wall time {wall:.0f} s (asv included); {len(cases)} cases")
+by = {}
+for r in cases:
+    by.setdefault(r["status"], []).append(r)
+print({k: len(v) for k, v in by.items()})
+for r in by.get("skipped", [])[:60]:
+    print("skipped:", r["impl"], r["batch"], r["seqlen"], r["heads"], r["reason"][:90])
+for r in by.get("failed", []):
+    print("failed:", r["impl"], r["batch"], r["seqlen"], r["heads"], r["reason"][:200])
+ws = [w for r in cases if r.get("samples") for w in r["samples"]["windows"]]
+mhz = [w["sm_mhz"] for w in ws if w["sm_mhz"]]
+print(f"windows {len(ws)}, dropped {sum(not w['kept'] for w in ws)}, SM clock {min(mhz):.0f}-{max(mhz):.0f} MHz, "
+      f"median {statistics.median(mhz):.0f}; throttle reasons seen {sorted({t for w in ws for t in w['throttle']})}")
+print("clock control:", env["start"].get("clock_control"))
+for budget in ("record", "baseline"):
+    n = [len(r["samples"]["windows"]) for r in cases if r.get("samples") and r["samples"]["budget"] == budget]
+    print(f"{budget}: {len(n)} cases")
+PY
+  tar -C /tmp -czf "$OUT/results.tgz" res
+  ;;
+ladder)
+  this_tree; git log --oneline -1
+  timed timeout 570 python3 -m mlagate.cli ladder --base HEAD --reps 3 --grid quick --machine h200 --out out/ladder \
+    2>&1 | quiet | grep -v "^\[\|^ *[0-9.]*%\]" > "$OUT/ladder.log"; tail -60 "$OUT/ladder.log"
+  tar -czf "$OUT/ladder.tgz" out/ladder
+  ;;
+esac

@@ -1,0 +1,405 @@
+"""`mlagate ladder` on a CPU: the calibration arithmetic, the patch, the table, the throw-away commits in a
+temporary repository, and the whole pipeline with the GPU parts stood in for. The stand-in GPU is a clock:
+a kernel launch adds its case's time, a spin of c cycles adds OVERHEAD + c * SLOPE, and every "measurement"
+(calibration, record, gate) reads that clock by running the very code the ladder made."""
+
+import ast
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from mlagate import cli, config, gitops
+from mlagate import ladder as pipeline
+from mlagate.case import Case
+from mlagate.decide import ladder
+from mlagate.decide.notes import Kind, Note, Outcome, Status
+from mlagate.decide.verdict import CaseVerdict, Verdict
+from mlagate.report import ladder as report
+
+ROOT = Path(__file__).resolve().parent.parent
+CFG = config.load()
+KERNEL = gitops.git("show", "HEAD:kernels/mla_decode.py", strip=False)
+CASES = tuple(CFG.cases("quick", ["tilelang-hopper"], "cuda"))
+TIME = {c.key: (100e-6 if c.batch == 64 else 160e-6) for c in CASES}  # seconds per call
+OVERHEAD, SLOPE = 1.5e-6, 1 / 1.6e9  # a spin: one more launch, then cycles at 1.6 GHz
+
+
+# -- the stand-in GPU ------------------------------------------------------------------------
+
+class Clock:
+    def __init__(self):
+        self.spent = []
+
+    def run(self, fn) -> float:
+        """The time fn spends on the stand-in GPU."""
+        self.spent = []
+        fn()
+        return sum(self.spent)
+
+    def sleep(self, cycles):
+        self.spent.append(OVERHEAD + cycles * SLOPE)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(torch.cuda, "_sleep", c.sleep)
+    return c
+
+
+def stub_decode(clock):
+    """A CompiledDecode with the real one's attribute names: plan.shape.(batch, seqlen, heads, dtype),
+    plan.config.name; calling it spends its case's time."""
+
+    class CompiledDecode:
+        def __init__(self, case: Case):
+            shape = SimpleNamespace(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
+            self.plan = SimpleNamespace(shape=shape, config=SimpleNamespace(name=case.impl.split("-", 1)[1]))
+            self.case = case
+
+        def __call__(self, *args):
+            clock.spent.append(TIME.get(self.case.key, 50e-6))
+            return "out", "lse"
+
+    return CompiledDecode
+
+
+def call_time(block: str, clock, case: Case) -> float:
+    """Run a patch's appended block against the stub class: the time one decode call takes."""
+    namespace = {"CompiledDecode": stub_decode(clock)}
+    exec(compile(block, "appended block", "exec"), namespace)
+    decode = namespace["CompiledDecode"](case)
+    return clock.run(lambda: decode(1, 2, 3, 4, 5, 6))
+
+
+def fake_alternate(clock, calls):
+    def alternate(launches, timing, rounds, budget="confirm", device=None):
+        calls.append((list(launches), rounds, budget))
+        out = {}
+        for name, launch in launches.items():
+            t = clock.run(launch)
+            out[name] = (t * 0.999, t, t * 1.001)  # the median is the clock's time
+        return out
+
+    return alternate
+
+
+# -- the arithmetic --------------------------------------------------------------------------
+
+def test_steps_parse_in_order_and_bad_ones_name_the_option():
+    assert ladder.parse_steps("0,1,2,3,5,8") == (0, 1, 2, 3, 5, 8)
+    assert ladder.parse_steps(" 2.5, 0 ") == (2.5, 0)
+    for bad in ("1,x", "-1", "60", "1,1", "", "nan"):
+        with pytest.raises(ValueError, match="--steps"):
+            ladder.parse_steps(bad)
+    assert [ladder.step_name(s) for s in (0.0, 5.0, 2.5)] == ["0", "5", "2.5"]
+
+
+def test_cycles_come_from_the_fitted_line_and_a_step_below_the_overhead_is_injected_at_zero():
+    overhead, slope = ladder.fit(100e-6, 100e-6 + OVERHEAD, 100e-6 + OVERHEAD + 12000 * SLOPE, 12000)
+    assert overhead == pytest.approx(OVERHEAD) and slope == pytest.approx(SLOPE)
+    assert ladder.cycles_for(5, 100e-6, overhead, slope) == (5600, False)  # (5 µs - 1.5 µs) * 1.6 GHz
+    assert ladder.cycles_for(1, 100e-6, overhead, slope) == (0, True)  # 1 µs < the 1.5 µs a spin adds
+    assert ladder.cycles_for(1, 160e-6, overhead, slope) == (160, False)
+    with pytest.raises(ValueError, match="added no time"):
+        ladder.fit(100e-6, 101e-6, 101e-6, 12000)
+
+
+def test_the_patch_names_the_attributes_the_real_kernel_has():
+    from mlagate.kernels import mla_decode
+
+    assert {"batch", "seqlen", "heads", "dtype"} <= {f.name for f in dataclasses.fields(mla_decode.Shape)}
+    assert {"shape", "config"} <= {f.name for f in dataclasses.fields(mla_decode.Plan)}
+    assert "name" in {f.name for f in dataclasses.fields(mla_decode.TileConfig)}
+    assert callable(mla_decode.CompiledDecode.__call__)
+    for case in CASES:
+        assert ladder.shape_key(case.key)[0] in mla_decode.CONFIGS
+
+
+def test_the_patch_spins_listed_shapes_only_and_step_0_is_a_comment(clock):
+    listed, other = CASES[0], Case("tilelang-hopper", 32, 4096, "float16", 16)
+    text = ladder.patched(KERNEL, 5, {ladder.shape_key(listed.key): 4000}, "run1")
+    assert text.startswith(KERNEL) and "run1" in text and "step 5%" in text
+    compile(text, "kernels/mla_decode.py", "exec")
+    block = text[len(KERNEL):]
+    assert call_time(block, clock, listed) == pytest.approx(TIME[listed.key] + OVERHEAD + 4000 * SLOPE)
+    assert call_time(block, clock, other) == pytest.approx(50e-6)
+    zero = ladder.patched(KERNEL, 5, {ladder.shape_key(listed.key): 0}, "run1")[len(KERNEL):]
+    assert call_time(zero, clock, listed) == pytest.approx(TIME[listed.key] + OVERHEAD)  # still one spin launch
+    comment = ladder.patched(KERNEL, 0, {}, "run1")
+    added = comment[len(KERNEL):].splitlines()
+    assert len(added) == 1 and added[0].startswith("# mlagate ladder run1: step 0%")
+
+
+def step_doc(rep, step, injected, recorded, confirmed, status, below=False):
+    return {"rep": rep, "step": step, "commit": "c" * 40, "outcome": "pass", "exit_code": 0, "errors": [],
+            "cases": [{"case": list(CASES[0].key), "label": CASES[0].label(), "cycles": 1, "below_overhead": below,
+                       "injected": injected, "recorded": recorded, "confirmed": confirmed, "confirm_p": None,
+                       "status": status, "reasons": []}]}
+
+
+def test_the_table_and_summary_measure_errors_in_percentage_points():
+    runs = [step_doc(1, 0, 0.0, 0.002, None, "pass"), step_doc(2, 0, 0.0, -0.004, None, "pass"),
+            step_doc(1, 5, 0.05, 0.058, 0.052, "regression"), step_doc(2, 5, 0.05, 0.049, 0.047, "regression"),
+            step_doc(1, 1, 0.015, 0.013, 0.016, "error", below=True)]
+    table = ladder.rows(runs)
+    assert [round(r["recorded_pp"], 6) for r in table] == [0.2, 0.4, 0.8, 0.1, 0.2]
+    assert table[0]["confirmed_pp"] is None and table[2]["confirmed_pp"] == pytest.approx(0.2)
+    by_step = {s["step"]: s for s in ladder.summary(table, (0, 1, 5))}
+    assert (by_step[0]["pass"], by_step[0]["fail"], by_step[0]["max_confirmed_pp"]) == (2, 0, None)
+    assert by_step[0]["max_recorded_pp"] == pytest.approx(0.4) and by_step[0]["within"] == 2
+    assert (by_step[5]["fail"], by_step[5]["measured"], by_step[5]["within"]) == (2, 4, 3)
+    assert by_step[5]["max_recorded_pp"] == pytest.approx(0.8) and by_step[5]["max_confirmed_pp"] == pytest.approx(0.3)
+    assert by_step[1]["other"] == 1
+
+
+def test_a_gate_verdict_becomes_a_step_result_and_a_missing_case_says_so():
+    calibrated = {c.label(): {"steps": {"5": {"cycles": 5600, "below_overhead": False, "injected": 0.051}}}
+                  for c in CASES}
+    flagged = CaseVerdict(CASES[0].key, Status.REGRESSION, reasons=[Note(Kind.LATENCY, "slower")], change=0.049,
+                          flagged=True, confirmation={"change": 0.053, "p_value": 1e-9, "agrees": True})
+    verdict = Verdict(Outcome.REGRESSION, [flagged], base="b", head="h")
+    result = ladder.step_result(verdict, CASES, calibrated, 2, 5.0, "h" * 40)
+    first, second = result["cases"]
+    assert (result["rep"], result["exit_code"], result["outcome"]) == (2, 1, "regression")
+    assert (first["injected"], first["recorded"], first["confirmed"], first["status"]) == (0.051, 0.049, 0.053,
+                                                                                           "regression")
+    assert first["reasons"] == ["latency"] and first["cycles"] == 5600
+    assert (second["recorded"], second["status"]) == (None, "missing")
+
+
+def test_a_saved_calibration_matches_only_the_same_ladder():
+    wanted = {"base": "a", "machine": "m", "grid": "quick", "impls": ("x",), "cases": [("c", 1)], "steps": (0, 5)}
+    saved = json.loads(json.dumps({**wanted, "reps": 3}))
+    assert ladder.mismatch(saved, wanted) == []
+    assert ladder.mismatch({**saved, "base": "b", "steps": [0, 5, 8]}, wanted) == ["base", "steps"]
+
+
+def test_the_pure_parts_import_nothing_from_measure_store_or_report():
+    for module, banned in (("decide/ladder.py", ("mlagate.measure", "mlagate.store", "mlagate.report")),
+                           ("report/ladder.py", ("mlagate.ladder", "mlagate.gate", "mlagate.bisect"))):
+        tree = ast.parse((ROOT / "mlagate" / module).read_text())
+        names = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        assert not [n for n in names if n and n.startswith(banned)], module
+
+
+# -- the throw-away commits, in a temporary repository ----------------------------------------------
+
+def sh(repo, *args) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "kernels").mkdir(parents=True)
+    (repo / "kernels" / "mla_decode.py").write_text(KERNEL)
+    (repo / "README.md").write_text("readme\n")
+    sh(repo.parent, "init", "-q", str(repo))
+    sh(repo, "add", "-A")
+    sh(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false", "commit", "-qm", "base")
+    monkeypatch.setattr(gitops, "REPO", repo)
+    return repo
+
+
+def calibration_for(cycles: dict) -> dict:
+    return {"run_id": "20261201T000000Z-test", "cases_calibrated": {
+        c.label(): {"steps": {ladder.step_name(s): {"cycles": cycles[s][i], "below_overhead": False, "injected": 0}
+                              for s in cycles}} for i, c in enumerate(CASES)}}
+
+
+def test_step_commits_sit_on_base_change_only_the_kernel_and_leave_the_checkout_alone(repo, tmp_path, clock):
+    base = gitops.resolve("HEAD")
+    hooks = repo / ".git" / "hooks"
+    for hook in ("pre-commit", "post-checkout", "commit-msg"):  # a user's hooks must not run, nor stop it
+        (hooks / hook).write_text(f"#!/bin/sh\ntouch {tmp_path}/{hook}-ran\nexit 1\n")
+        (hooks / hook).chmod(0o755)
+    (repo / "README.md").write_text("the user's unsaved edit\n")
+    (repo / "staged.txt").write_text("staged\n")
+    sh(repo, "add", "staged.txt")
+    before = (sh(repo, "status", "--porcelain"), sh(repo, "diff", "--cached"), sh(repo, "rev-parse", "HEAD"),
+              (repo / "README.md").read_text(), (repo / "kernels" / "mla_decode.py").read_text())
+    plan = pipeline.Plan(base, (0.0, 5.0), 1, "quick", ("tilelang-hopper",), "m", tmp_path / "out", CASES)
+    calibration = calibration_for({0.0: (None, None), 5.0: (5600, 9000)})
+    commits = {s: pipeline.step_commit(plan, calibration, s) for s in plan.steps}
+
+    for step, commit in commits.items():
+        assert sh(repo, "rev-list", "--parents", "-n", "1", commit).split()[1:] == [base]
+        assert sh(repo, "diff", "--name-only", base, commit).split() == ["kernels/mla_decode.py"]
+        assert sh(repo, "rev-parse", f"refs/mlagate/ladder/20261201T000000Z-test/step-{ladder.step_name(step)}"
+                  ).strip() == commit
+        subject = sh(repo, "log", "-1", "--format=%s", commit)
+        assert "20261201T000000Z-test" in subject and f"step {ladder.step_name(step)}%" in subject
+    text = sh(repo, "show", f"{commits[5.0]}:kernels/mla_decode.py")
+    assert text.startswith(KERNEL)
+    compile(text, "kernels/mla_decode.py", "exec")
+    block = text[len(KERNEL):]
+    assert call_time(block, clock, CASES[0]) == pytest.approx(TIME[CASES[0].key] + OVERHEAD + 5600 * SLOPE)
+    assert call_time(block, clock, CASES[1]) == pytest.approx(TIME[CASES[1].key] + OVERHEAD + 9000 * SLOPE)
+    assert call_time(block, clock, Case("tilelang-hopper", 64, 2048, "float16", 16)) == pytest.approx(50e-6)
+    assert sh(repo, "show", f"{commits[0.0]}:kernels/mla_decode.py")[len(KERNEL):].count("\n") == 1
+
+    assert pipeline.step_commit(plan, calibration, 5.0) == commits[5.0]  # made once, found again by its ref
+    assert (sh(repo, "status", "--porcelain"), sh(repo, "diff", "--cached"), sh(repo, "rev-parse", "HEAD"),
+            (repo / "README.md").read_text(), (repo / "kernels" / "mla_decode.py").read_text()) == before
+    assert sh(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert not list(tmp_path.glob("*-ran"))
+
+
+# -- the whole pipeline, GPU parts stood in for ------------------------------------------------------
+
+@pytest.fixture
+def gpu(repo, clock, monkeypatch):
+    """Every GPU part stood in for, against the clock; returns what each was asked to do."""
+    from mlagate import gate
+    from mlagate.measure import environment, interleaved
+    from mlagate.store import record, results
+
+    seen = SimpleNamespace(records=[], gates=[], alternates=[], fail_gate_at=None)
+    recorded = set()
+
+    class Store:
+        def __init__(self, root):
+            self.root = Path(root)
+
+        def load(self, machine, commit):
+            return object() if (self.root, machine, commit) in recorded else None
+
+    def fake_record(rev, *, results, machine, grid="full", impls=None, echo=print, **_):
+        seen.records.append((Path(results).parent.name, rev, grid, tuple(impls)))
+        recorded.add((Path(results), machine, rev))
+
+    def fake_gate(cfg, *, base_rev, head_rev, results, out_dir, machine=None, confirm=False, grid="full", **_):
+        rep = Path(results).parent.name
+        seen.gates.append((rep, head_rev))
+        if seen.fail_gate_at and seen.fail_gate_at[0] == rep and \
+                seen.fail_gate_at[1] in gitops.git("log", "-1", "--format=%s", head_rev):
+            raise RuntimeError("the device call ran out of time")
+        assert confirm and {(Path(results), machine, c) for c in (base_rev, head_rev)} <= recorded
+        block = gitops.git("show", f"{head_rev}:kernels/mla_decode.py", strip=False)[len(KERNEL):]
+        noise = 0.001 * int(rep.removeprefix("rep"))
+        cases = []
+        for case in CASES:
+            change = call_time(block, clock, case) / TIME[case.key] - 1 + noise
+            flagged = change >= cfg.gate.screen
+            confirmed = change + 0.0007 if flagged else None
+            slow = (confirmed if flagged else change) >= cfg.gate.threshold
+            cases.append(CaseVerdict(case.key, Status.REGRESSION if slow else Status.PASS, change=change,
+                                     flagged=flagged, confirmation={"change": confirmed, "p_value": 1e-9}
+                                     if flagged else None))
+        outcome = Outcome.REGRESSION if any(c.status is Status.REGRESSION for c in cases) else Outcome.PASS
+        return gate.GateOutput(Verdict(outcome, cases, base=base_rev, head=head_rev), "", {})
+
+    monkeypatch.setattr(environment, "platform", lambda: "cuda")
+    monkeypatch.setattr(environment, "device", lambda: "cpu")
+    monkeypatch.setattr(record, "gpu_available", lambda: True)
+    monkeypatch.setattr(record, "record", fake_record)
+    monkeypatch.setattr(results, "Store", Store)
+    monkeypatch.setattr(gate, "run_gate", fake_gate)
+    monkeypatch.setattr(interleaved, "kernel_module_at", lambda repo, commit: SimpleNamespace(commit=commit))
+    monkeypatch.setattr(interleaved, "alternate", fake_alternate(clock, seen.alternates))
+    monkeypatch.setattr(pipeline, "_kernel_launch",
+                        lambda module, case, device: lambda: clock.spent.append(TIME[case.key]))
+    return seen
+
+
+def test_the_ladder_calibrates_commits_records_gates_and_tabulates(gpu, repo, tmp_path, capsys):
+    out = tmp_path / "out"
+    base = gitops.resolve("HEAD")
+    assert cli.main(["ladder", "--base", "HEAD", "--reps", "2", "--out", str(out), "--machine", "m"]) == 0
+    doc = json.loads((out / "ladder.json").read_text())
+    assert (out / "ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = capsys.readouterr().out
+    assert (out / "ladder.md").read_text() in printed
+
+    cal = json.loads((out / "calibration.json").read_text())["cases_calibrated"]
+    b64, b128 = (cal[c.label()] for c in CASES)
+    assert b64["overhead_s"] == pytest.approx(OVERHEAD) and b64["slope_s_per_cycle"] == pytest.approx(SLOPE)
+    assert b64["steps"]["5"]["cycles"] == 5600 and b64["steps"]["5"]["injected"] == pytest.approx(0.05, abs=1e-4)
+    assert b64["steps"]["1"] == {"cycles": 0, "below_overhead": True, "injected": pytest.approx(0.015)}
+    assert b128["steps"]["1"]["below_overhead"] is False and b128["steps"]["1"]["injected"] == pytest.approx(0.01)
+    assert all(rounds == pipeline.CALIBRATION_ROUNDS for names, rounds, _ in gpu.alternates if len(names) > 1)
+
+    impls = ("tilelang-hopper", "flash_mla")  # the vendor kernel too: the gate needs its ratio
+    assert len(gpu.records) == 2 * (1 + 6)
+    assert [r for r in gpu.records if r[1] == base] == [("rep1", base, "quick", impls), ("rep2", base, "quick", impls)]
+    assert len(gpu.gates) == 12 and len(set(doc["commits"].values())) == 6
+    refs = sh(repo, "for-each-ref", "--format=%(objectname)", "refs/mlagate/ladder/").split()
+    assert sorted(refs) == sorted(doc["commits"].values())
+
+    assert len(doc["table"]) == 2 * 6 * 2
+    assert max(r["recorded_pp"] for r in doc["table"]) == pytest.approx(0.2, abs=1e-6)  # the gate's noise, rep 2
+    summary = {s["step"]: s for s in doc["summary"]}
+    assert [summary[s]["fail"] for s in (0, 1, 2, 3, 5, 8)] == [0, 0, 0, 4, 4, 4]
+    assert summary[1]["max_confirmed_pp"] is not None and summary[0]["max_confirmed_pp"] is None
+    md = (out / "ladder.md").read_text()
+    assert "| 2 | 8% | tilelang-hopper h=16 b=128 s=4096 float16 |" in md and "†" in md
+
+
+def test_a_killed_ladder_resumes_without_redoing_finished_steps(gpu, repo, tmp_path):
+    out = tmp_path / "out"
+    args = ["ladder", "--base", "HEAD", "--reps", "2", "--steps", "0,3,5", "--out", str(out), "--machine", "m"]
+    gpu.fail_gate_at = ("rep2", "step 3%")
+    assert cli.main(args) == 2  # the gate of rep 2, step 3 dies: exit 2; rep 1 and rep 2's step 0 are kept
+    assert sorted(p.name for p in (out / "rep2").glob("step*.json")) == ["step0.json"]
+    assert len(list((out / "rep1").glob("step*.json"))) == 3 and not (out / "ladder.json").exists()
+    first_alternates, first_refs = len(gpu.alternates), sh(repo, "for-each-ref", "refs/mlagate/ladder/")
+
+    gpu.fail_gate_at, gpu.records[:], gpu.gates[:] = None, [], []
+    assert cli.main(args) == 0
+    assert len(gpu.alternates) == first_alternates  # the calibration is reused
+    assert sh(repo, "for-each-ref", "refs/mlagate/ladder/") == first_refs  # so are the commits
+    commits = json.loads((out / "ladder.json").read_text())["commits"]
+    assert [r[:2] for r in gpu.records] == [("rep2", commits["5"])]  # step 3 was recorded before its gate died
+    assert gpu.gates == [("rep2", commits["3"]), ("rep2", commits["5"])]
+    assert len(json.loads((out / "ladder.json").read_text())["table"]) == 2 * 3 * 2
+
+
+@pytest.mark.parametrize("extra, option", [
+    (["--steps", "0,1,x"], "--steps"), (["--steps", "-1"], "--steps"), (["--reps", "0"], "--reps"),
+    (["--reps", "two"], "--reps"), (["--impls", "tilelang-hopper,nope"], "--impls"),
+    (["--impls", "flash_mla"], "--impls"),
+    (["--base", "no-such-rev"], "--base")])
+def test_bad_input_exits_2_naming_the_option_and_writes_nothing(gpu, tmp_path, capsys, extra, option):
+    out = tmp_path / "out"
+    args = ["ladder", "--base", "HEAD", "--out", str(out), *extra]
+    assert cli.main(args) == 2
+    assert option in capsys.readouterr().err
+    assert not out.exists() and gpu.records == [] and gpu.alternates == []
+
+
+def test_no_gpu_exits_2_and_writes_nothing(gpu, tmp_path, capsys, monkeypatch):
+    from mlagate.store import record
+
+    monkeypatch.setattr(record, "gpu_available", lambda: False)
+    out = tmp_path / "out"
+    assert cli.main(["ladder", "--base", "HEAD", "--out", str(out)]) == 2
+    assert "no GPU" in capsys.readouterr().err and not out.exists() and gpu.alternates == []
+
+
+def test_an_out_folder_of_another_ladder_is_refused(gpu, repo, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "calibration.json").write_text(json.dumps({"base": "0" * 40, "run_id": "x"}))
+    assert cli.main(["ladder", "--base", "HEAD", "--out", str(out)]) == 2
+    assert "--out" in capsys.readouterr().err and [p.name for p in out.iterdir()] == ["calibration.json"]
+    assert gpu.alternates == []
+
+
+def test_the_report_marks_unconfirmed_and_below_overhead_steps(tmp_path):
+    runs = [step_doc(1, 1, 0.015, 0.013, None, "pass", below=True), step_doc(1, 5, 0.05, 0.052, 0.049, "regression")]
+    table = ladder.rows(runs)
+    doc = {"run_id": "r", "base": "b" * 40, "reps": 1, "grid": "quick", "machine": "m", "steps_run": runs,
+           "gate": {"screen": 0.0125, "threshold": 0.025}, "table": table, "summary": ladder.summary(table, (1, 5))}
+    md = report.markdown(doc)
+    assert f"| 1 | 1% | {CASES[0].label()} | +1.50% † | +1.30% | – | 0.20 | – | ✅ pass |" in md
+    assert f"| 1 | 5% | {CASES[0].label()} | +5.00% | +5.20% | +4.90% | 0.20 | 0.10 | ❌ regression |" in md
+    assert "| 5% | 1 | 0 | 1 | 0 | +5.00% | 0.20 | 0.10 | 2 of 2 |" in md
+    report.plot_png(tmp_path / "l.png", doc)
+    assert (tmp_path / "l.png").read_bytes()[:4] == b"\x89PNG"
