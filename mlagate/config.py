@@ -209,6 +209,12 @@ def parse(data) -> Config:
         max_new_spill_bytes=build.get("max_new_spill_bytes", int, minimum=0),
         shared_memory_limit={arch: smem.get(arch, int, minimum=1) for arch in smem.data},
     )
+    if gate.min_samples > timing.min_samples:
+        raise ConfigError(f"gate.latency.min_samples: must be <= timing.min_samples ({timing.min_samples}), the "
+                          f"samples every record takes, got {gate.min_samples}")
+    if timing.samples_per_window < timing.min_samples:
+        raise ConfigError(f"timing.samples_per_window: must be >= timing.min_samples ({timing.min_samples}), got "
+                          f"{timing.samples_per_window}")
     if gate.screen > gate.threshold:
         raise ConfigError(f"gate.latency.screen: must be <= gate.latency.threshold ({gate.threshold}), "
                           f"got {gate.screen}")

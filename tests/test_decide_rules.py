@@ -43,6 +43,8 @@ def make_cfg(threshold=0.025, screen=0.0125, alpha=0.01, min_samples=20, floor=0
     g = raw["gate"]
     g["gated"] = ["tilelang-hopper", "tilelang-cdna3"]
     g["latency"].update(threshold=threshold, screen=screen, alpha=alpha, min_samples=min_samples)
+    raw["timing"].update(min_samples=max(min_samples, raw["timing"]["min_samples"]),
+                         samples_per_window=max(min_samples, raw["timing"]["samples_per_window"]))
     g["vendor_ratio"]["cuda"].update(floor=floor, max_drop=max_drop)
     g["drift"].update(lookback=lookback, max_slowdown=max_slowdown)
     raw["platforms"]["cuda"]["vendor_heads"] = list(vendor_heads)
@@ -577,8 +579,8 @@ def test_the_digest_is_the_content_not_its_key_order():
 BOUNDARIES = [
     ("timing__warmup_ms", lambda c: c.timing.warmup_ms, 0, -0.5, "must be >= 0, got -0.5"),
     ("timing__window_ms", lambda c: c.timing.window_ms, 0.5, 0, "must be > 0, got 0.0"),
-    ("timing__min_samples", lambda c: c.timing.min_samples, 1, 0, "must be >= 1, got 0"),
-    ("timing__samples_per_window", lambda c: c.timing.samples_per_window, 1, 0, "must be >= 1, got 0"),
+    ("timing__min_samples", lambda c: c.timing.min_samples, 20, 0, "must be >= 1, got 0"),
+    ("timing__samples_per_window", lambda c: c.timing.samples_per_window, 20, 0, "must be >= 1, got 0"),
     ("timing__max_clock_drop", lambda c: c.timing.max_clock_drop, 1, 1.5, "must be <= 1, got 1.5"),
     ("timing__max_clock_drop", lambda c: c.timing.max_clock_drop, 0.01, 0, "must be > 0, got 0.0"),
     ("timing__record_s", lambda c: c.timing.record_s, 0.5, 0, "must be > 0, got 0.0"),
@@ -615,6 +617,15 @@ def test_every_bound_of_perf_yml(key, parsed, accepted, rejected, message):
     path = key.replace("__", ".")
     with pytest.raises(config.ConfigError, match=f"^{re.escape(path)}: {re.escape(message)}$"):
         config.parse(with_values(**{key: rejected}))
+
+
+def test_every_record_holds_the_samples_the_gate_needs():
+    """timing.min_samples is what a record guarantees per case (a long kernel's windows stretch);
+    the gate cannot ask for more, and a window must be able to time that many."""
+    with pytest.raises(config.ConfigError, match=r"^gate.latency.min_samples: must be <= timing.min_samples \(19\)"):
+        config.parse(with_values(timing__min_samples=19))
+    with pytest.raises(config.ConfigError, match=r"^timing.samples_per_window: must be >= timing.min_samples \(20\)"):
+        config.parse(with_values(timing__samples_per_window=19))
 
 
 def test_screen_may_equal_threshold():

@@ -9,9 +9,10 @@ torch = pytest.importorskip("torch")
 
 from mlagate import config  # noqa: E402
 from mlagate.config import Budget  # noqa: E402
+from mlagate.measure import clocks, timer  # noqa: E402
 from mlagate.measure.timer import last_level_cache_bytes, time_gpu  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+gpu = pytest.mark.gpu
 HOST_MS = 0.3  # Python work before each launch, longer than the tiny kernel it launches
 TIMING = config.load().timing
 SHORT = Budget(warmup_ms=5, windows=2)
@@ -27,6 +28,7 @@ def slow_host_call():
     return call
 
 
+@gpu
 def test_time_gpu_keeps_host_time_out_of_the_samples():
     s = time_gpu(slow_host_call(), TIMING, SHORT)
     assert len(s.times_ms) >= TIMING.min_samples
@@ -34,12 +36,14 @@ def test_time_gpu_keeps_host_time_out_of_the_samples():
     assert s.dropped >= 1  # the first lead was too short for this host: the call was dropped, not timed
 
 
+@gpu
 def test_time_gpu_flushes_twice_the_last_level_cache():
     s = time_gpu(lambda: torch.ones(1 << 20, device="cuda"), TIMING, SHORT)
     assert s.flush_bytes >= 2 * last_level_cache_bytes(torch.device("cuda", 0))
     assert all(t > 0 for t in s.times_ms)
 
 
+@gpu
 def test_windows_are_timed_evenly_and_their_clocks_read():
     """A short kernel: far more calls per window than samples_per_window, so every
     stride-th call is timed; each window says what the SM clock read while it ran."""
@@ -65,6 +69,7 @@ def sleeper(cycles):
     return lambda: torch.cuda._sleep(cycles)
 
 
+@gpu
 def test_time_gpu_times_a_kernel_of_known_length():
     short, long = time_gpu(sleeper(SLEEP_CYCLES), TIMING, SHORT), time_gpu(sleeper(4 * SLEEP_CYCLES), TIMING, SHORT)
     assert min(short.times_ms) > FLOOR_MS, sorted(short.times_ms)[:5]
@@ -73,3 +78,40 @@ def test_time_gpu_times_a_kernel_of_known_length():
     assert 3 < ratio < 5, ratio  # four times the cycles, about four times the time
 
 
+
+
+# -- the window arithmetic, on any machine -------------------------------------------
+
+def test_a_window_times_every_stride_th_call_up_to_samples_per_window():
+    assert timer.window_plan(0.05, TIMING, 10) == (1000, 10)  # 50 ms of 50 µs calls: every 10th timed
+    assert timer.window_plan(1.0, TIMING, 10) == (50, 1)
+
+
+def test_a_long_kernel_stretches_its_windows_to_hold_min_samples():
+    calls, stride = timer.window_plan(25.0, TIMING, 10)  # 25 ms a call: 2 fit in a 50 ms window
+    assert stride == 1 and calls * 10 >= TIMING.min_samples
+    calls, stride = timer.window_plan(25.0, TIMING, 3)
+    assert stride == 1 and calls * 3 >= TIMING.min_samples
+
+
+def _window(n, mhz, reasons=()):
+    return [1.0 + i / 1e3 for i in range(n)], clocks.WindowClock(mhz, 690.0, tuple(reasons), 5)
+
+
+def test_throttled_windows_are_dropped_and_kept_aside():
+    windows = [_window(30, 1450), _window(30, 1460), _window(30, 1200), _window(30, 1455, ["hw_thermal"])]
+    s = timer._samples(windows, TIMING, "record", 0, 0, "test", 0)
+    assert [w["kept"] for w in s.windows] == [True, True, False, False]
+    assert len(s.times_ms) == 60 and len(s.dropped_ms) == 60
+    assert s.windows[3]["throttle"] == ["hw_thermal"] and s.windows[2]["sm_mhz"] == 1200
+
+
+def test_dropping_never_leaves_fewer_than_min_samples():
+    windows = [_window(15, 1450), _window(15, 1100)]  # dropping the slow window would leave 15 < 20
+    s = timer._samples(windows, TIMING, "record", 0, 0, "test", 0)
+    assert all(w["kept"] for w in s.windows) and len(s.times_ms) == 30 and s.dropped_ms == ()
+
+
+def test_too_few_timed_calls_is_an_error_saying_why():
+    with pytest.raises(RuntimeError, match="host never got ahead"):
+        timer._samples([_window(5, 1450)], TIMING, "record", 0, 0, "test", 0)

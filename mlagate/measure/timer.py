@@ -103,11 +103,12 @@ def probe(device) -> clocks.ClockProbe:
     return _probes[device.index]
 
 
-def window_plan(estimate_ms: float, timing: Timing) -> tuple:
+def window_plan(estimate_ms: float, timing: Timing, windows: int) -> tuple:
     """(calls per window, stride): every stride-th call of a window is timed, at most
     timing.samples_per_window of them, so short kernels keep the same load without
-    storing thousands of samples."""
-    calls = max(1, int(timing.window_ms / estimate_ms))
+    storing thousands of samples; a long kernel runs past window_ms for the windows
+    to hold timing.min_samples between them."""
+    calls = max(int(timing.window_ms / estimate_ms), math.ceil(timing.min_samples / windows))
     return calls, max(1, math.ceil(calls / timing.samples_per_window))
 
 
@@ -149,7 +150,7 @@ def time_gpu(fn, timing: Timing, budget: str | Budget = "record", *, device=None
         flush()
         call()
 
-    calls, stride = window_plan(estimate_ms, timing)
+    calls, stride = window_plan(estimate_ms, timing, spend.windows)
     lead, windows, dropped = _Lead(), [], 0
     for _ in range(spend.windows):
         pairs, readings = [], []
@@ -179,6 +180,8 @@ def time_gpu(fn, timing: Timing, budget: str | Budget = "record", *, device=None
 
 def _samples(windows, timing, budget, flush_bytes, warmup_calls, device_name, dropped) -> Samples:
     drop = clocks.dropped_windows([w for _, w in windows], timing.max_clock_drop)
+    if sum(len(times) for (times, _), d in zip(windows, drop) if not d) < timing.min_samples:
+        drop = [False] * len(windows)  # the gate needs min_samples more than a clean clock
     kept = tuple(t for (times, _), d in zip(windows, drop) if not d for t in times)
     if len(kept) < timing.min_samples:
         raise RuntimeError(f"only {len(kept)} calls could be timed (timing.min_samples is {timing.min_samples}): "
