@@ -403,3 +403,26 @@ def test_the_report_marks_unconfirmed_and_below_overhead_steps(tmp_path):
     assert "| 5% | 1 | 0 | 1 | 0 | +5.00% | 0.20 | 0.10 | 2 of 2 |" in md
     report.plot_png(tmp_path / "l.png", doc)
     assert (tmp_path / "l.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fail_shares_put_the_real_ladder_on_the_detection_curve():
+    from mlagate.decide import ladder as pure
+
+    def row(rep, step, label, injected, status):
+        return {"rep": rep, "step": step, "label": label, "injected": injected, "status": status}
+
+    table = [row(1, 2.0, "a", 0.022, "pass"), row(2, 2.0, "a", 0.024, "regression"), row(3, 2.0, "a", 0.023, "pass"),
+             row(1, 8.0, "a", 0.08, "regression"), row(1, 2.0, "b", 0.021, "error")]  # an error is no verdict
+    assert pure.fail_shares(table) == [("a", pytest.approx(0.023), pytest.approx(1 / 3), 3), ("a", 0.08, 1.0, 1)]
+
+
+def test_calibrate_plots_a_real_ladder_beside_the_simulation(tmp_path, capsys):
+    from mlagate import cli
+
+    doc = json.loads((ROOT / "docs" / "calibration" / "ladder-h200-2026-11-30" / "ladder.json").read_text())
+    assert len({r["rep"] for r in doc["table"]}) == 3  # the committed H200 ladder: three repetitions
+    code = cli.main(["calibrate", "--trials", "20", "--ladder",
+                     str(ROOT / "docs" / "calibration" / "ladder-h200-2026-11-30" / "ladder.json"),
+                     "--out", str(tmp_path)])
+    assert code in (0, 1)  # 1: off target on 20 trials; the plot is written either way
+    assert (tmp_path / "calibration.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

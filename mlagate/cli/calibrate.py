@@ -11,6 +11,7 @@ def add_parser(sub):
     p.add_argument("--noise", default="tests/fixtures/h200/noise_study_2026-11-29.json",
                    help="rounds of samples per case (notes/noise_study.py output)")
     p.add_argument("--trials", type=int, default=400)
+    p.add_argument("--ladder", default=None, help="a real ladder (`mlagate ladder`'s ladder.json) to plot beside")
     p.add_argument("--out", default=None, help="folder for calibration.json and calibration.png")
     p.set_defaults(func=run)
 
@@ -37,7 +38,12 @@ def run(args, cfg) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "calibration.json").write_text(json.dumps(curves, indent=1))
-        plots.calibration_plot(curves, out / "calibration.png", threshold=g.threshold)
+        measured = ()
+        if args.ladder:
+            from mlagate.decide import ladder
+
+            measured = ladder.fail_shares(json.loads(Path(args.ladder).read_text())["table"])
+        plots.calibration_plot(curves, out / "calibration.png", threshold=g.threshold, measured=measured)
         print(f"wrote {out / 'calibration.json'} and {out / 'calibration.png'}")
     at = {label: dict((round(s, 2), failed) for s, _, failed in c) for label, c in curves.items()}
     ok = all(a[0.05] >= 0.95 and a[0.0] <= 0.01 for a in at.values())

@@ -165,6 +165,18 @@ def summary(table: list, steps) -> list:
     return out
 
 
+def fail_shares(table: list) -> list:
+    """[(case label, injected, share of repetitions that failed, repetitions)] per case and step:
+    the real ladder as points on the simulated detection curve."""
+    groups = {}
+    for r in table:
+        if r["injected"] is not None and r["status"] in ("pass", "regression"):
+            groups.setdefault((r["label"], r["step"]), []).append(r)
+    return [(label, sum(r["injected"] for r in rows) / len(rows),
+             sum(r["status"] == "regression" for r in rows) / len(rows), len(rows))
+            for (label, _), rows in sorted(groups.items())]
+
+
 # -- resuming -----------------------------------------------------------------------------
 
 IDENTITY = ("base", "machine", "grid", "impls", "cases", "steps")

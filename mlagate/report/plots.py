@@ -116,18 +116,25 @@ def trend_png(path, cfg, commits, series) -> None:
     plt.close(fig)
 
 
-def calibration_plot(curves, path, *, threshold) -> str:
+def calibration_plot(curves, path, *, threshold, measured=()) -> str:
+    """The simulated detection curves; ``measured``: [(label, injected, share failed, runs)] of a
+    real ladder (`mlagate ladder`), drawn as points on them."""
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for label, curve in curves.items():
-        ax.plot([s * 100 for s, _, _ in curve], [f for _, _, f in curve], marker="o", label=label)
+        ax.plot([s * 100 for s, _, _ in curve], [f for _, _, f in curve], marker="o", ms=3, lw=1,
+                label=f"simulated: {label}")
+    for label in dict.fromkeys(m[0] for m in measured):
+        points = [(x, y) for name, x, y, _ in measured if name == label]
+        ax.scatter([x * 100 for x, _ in points], [y for _, y in points], marker="X", s=60, zorder=3,
+                   label=f"H200 ladder: {label}")
     ax.axhline(0.95, color="grey", ls=":", lw=1)
     ax.axhline(0.01, color="grey", ls=":", lw=1)
     ax.axvline(threshold * 100, color="red", ls="--", lw=1, label=f"threshold {threshold:.1%}")
     ax.set_xlabel("injected slowdown (%)")
     ax.set_ylabel("share of gate runs that fail")
-    ax.set_title("Gate calibration on recorded H200 noise")
+    ax.set_title("Gate calibration: recorded H200 noise" + (" and a real ladder" if measured else ""))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
