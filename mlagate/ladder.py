@@ -26,10 +26,10 @@ from mlagate.case import Case
 from mlagate.config import Config
 from mlagate.decide import ladder
 from mlagate.gitops import GitError, git, resolve
+from mlagate.measure.impls import TILELANG_PREFIX
 from mlagate.measure.summary import median
 
 KERNEL_FILE = "kernels/mla_decode.py"
-TILELANG_PREFIX = "tilelang-"  # mlagate.measure.impls' (imported there with torch and the kernels)
 REF_ROOT = "refs/mlagate/ladder"
 CALIBRATION_ROUNDS = 20  # alternated rounds per calibration measurement (the gate's re-measure has 10)
 # The throw-away commits: a fixed identity, no hooks, no signing, whatever the user's git config says.
