@@ -52,6 +52,7 @@ class Samples:
     # kept windows' samples, dropped_ms those of windows dropped for the clock (measure.clocks).
     windows: tuple = ()
     dropped_ms: tuple = ()
+    uuid: str = ""  # the GPU's, as torch reports it: which of a node's GPUs measured it
 
     def to_dict(self) -> dict:
         d = asdict(self)

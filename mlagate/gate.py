@@ -76,7 +76,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     elif flagged:
         decided.warnings.append(Note(Kind.UNCONFIRMED, "flagged cases were not re-measured interleaved (run the "
                                      "gate with --confirm on the GPU host to rule out run-to-run noise)"))
-    decided.warnings += clock_notes(store, machine, sides)
+    decided.warnings += runner_notes(store, machine, sides)
     findings, builds = build_findings(store, machine, base_commit, head_commit, cfg, decided.warnings)
     verdict.add_build_findings(decided, findings)
     sides = comparison.Sides(machine, loaded["base"], loaded["head"],
@@ -132,8 +132,9 @@ def head_platform(store: Store, machine: str, head: str, given: str | None, cfg:
     return platform, start.get("arch")
 
 
-def clock_notes(store: Store, machine: str, sides) -> list:
-    """A warning per side recorded with unlocked (or unread) GPU clocks; informative, never a failure."""
+def runner_notes(store: Store, machine: str, sides) -> list:
+    """Warnings, never failures: a side recorded with unlocked (or unread) GPU clocks, or on GPUs
+    whose consistency check flagged one."""
     notes = []
     for name, commit in sides:
         env = store.read_sidecar(machine, commit, "env") or {}
@@ -144,6 +145,12 @@ def clock_notes(store: Store, machine: str, sides) -> list:
         text = report.clock_warning(start.get("clock_control"), windows)
         if text:
             notes.append(Note(Kind.UNLOCKED_CLOCKS, f"{name} {commit[:8]}: {text}"))
+        check = env.get("gpu_consistency") if isinstance(env.get("gpu_consistency"), dict) else {}
+        for g in check.get("gpus") or ():
+            if isinstance(g, dict) and g.get("flagged") is True and isinstance(g.get("off"), (int, float)):
+                notes.append(Note(Kind.GPU_OUTLIER, f"{name} {commit[:8]}: GPU {g.get('gpu')} read {g['off']:+.2%} "
+                                  f"against the node's other GPUs on {check.get('case')} before the record "
+                                  f"(more than the screen): its cases carry that offset"))
     return notes
 
 

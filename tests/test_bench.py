@@ -125,7 +125,7 @@ def test_a_bench_file_on_disk_reads_back_to_the_same_json():
     with open(FIXTURES / "bench_full_fp16_2026-11-29.json") as f:
         rows = json.load(f)["results"]
     results = [CaseResult.from_dict(r) for r in rows]
-    windowless = {"budget": "", "windows": [], "dropped_ms": []}
+    windowless = {"budget": "", "windows": [], "dropped_ms": [], "uuid": ""}
     assert [r.to_dict() for r in results] == [{**r, "samples": {**r["samples"], **windowless}} if r["samples"] else r
                                               for r in rows]
     assert {r.status for r in results} == {RunStatus.OK, RunStatus.SKIPPED}

@@ -16,7 +16,7 @@ LAYERS = (
     {"mlagate.decide"},
     {"mlagate.build"},
     {"mlagate.report"},
-    {"mlagate.gate", "mlagate.bisect", "mlagate.ladder"},
+    {"mlagate.gate", "mlagate.bisect", "mlagate.ladder", "mlagate.gpu_check"},
     {"mlagate.cli"},
 )
 

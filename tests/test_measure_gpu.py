@@ -115,3 +115,9 @@ def test_dropping_never_leaves_fewer_than_min_samples():
 def test_too_few_timed_calls_is_an_error_saying_why():
     with pytest.raises(RuntimeError, match="host never got ahead"):
         timer._samples([_window(5, 1450)], TIMING, "record", 0, 0, "test", 0)
+
+
+@gpu
+def test_samples_name_the_gpu_that_took_them():
+    s = time_gpu(lambda: torch.ones(1 << 16, device="cuda"), TIMING, SHORT)
+    assert s.uuid == str(torch.cuda.get_device_properties(0).uuid) and len(s.uuid) >= 32

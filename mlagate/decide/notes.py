@@ -57,6 +57,7 @@ class Kind(enum.StrEnum):
     NO_BUILD_REPORT = "no_build_report"  # base has a build report, head has none
     UNREADABLE_RESULTS = "unreadable_results"  # of commits other than base and head
     UNLOCKED_CLOCKS = "unlocked_clocks"  # a side's GPU clocks were not locked (or not read) while it was recorded
+    GPU_OUTLIER = "gpu_outlier"  # a side was recorded on GPUs that did not read alike
 
 
 @dataclass(frozen=True)

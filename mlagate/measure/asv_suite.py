@@ -10,9 +10,10 @@ from mlagate import config as config_mod
 from mlagate.case import PARAM_NAMES, Case, RunStatus
 from mlagate.measure.environment import platform
 
-# Set by `mlagate record`: when measuring must stop (epoch seconds), and where every case's
-# result (clocks, dropped windows, skipped cases) goes beside asv's results.
-DEADLINE_ENV, CASES_ENV = "MLAGATE_DEADLINE", "MLAGATE_CASES_OUT"
+# Set by `mlagate record`: when measuring must stop (epoch seconds), where every case's result
+# (clocks, dropped windows, skipped cases) goes beside asv's results, the GPUs to measure on
+# (`--gpus`) and this runner's share of the grid points (`--shard I/N`).
+DEADLINE_ENV, CASES_ENV, GPUS_ENV, SHARD_ENV = "MLAGATE_DEADLINE", "MLAGATE_CASES_OUT", "MLAGATE_GPUS", "MLAGATE_SHARD"
 
 
 @functools.cache
@@ -35,9 +36,15 @@ def _env_list(name, default):
 
 
 def cases():
+    from mlagate.measure.grid import parse_shard, runner_shard
+
     grid = os.environ.get("MLAGATE_GRID", "full")
     impls = _env_list("MLAGATE_IMPLS", config().implementations)
-    return config().cases(grid, impls, platform(), _env_list("MLAGATE_DTYPES", ()))
+    cs = config().cases(grid, impls, platform(), _env_list("MLAGATE_DTYPES", ()))
+    if os.environ.get(SHARD_ENV):
+        mine, shards = parse_shard(os.environ[SHARD_ENV])
+        cs = [c for c in cs if runner_shard(c, shards) == mine]
+    return cs
 
 
 def params():
@@ -66,7 +73,9 @@ def measure_grid() -> dict:
     budgets = {c: cfg.budget_for(c.impl, here) for c in cs}
     ordered = sorted(cs, key=lambda c: (budgets[c] != "record", grid.point(c)))
     deadline = float(os.environ[DEADLINE_ENV]) if os.environ.get(DEADLINE_ENV) else None
-    results = grid.run_cases(ordered, cfg.timing, budgets=[budgets[c] for c in ordered], deadline=deadline)
+    gpus = grid.parse_gpus(os.environ.get(GPUS_ENV))
+    results = grid.run_cases(ordered, cfg.timing, budgets=[budgets[c] for c in ordered], deadline=deadline,
+                             gpus=gpus)
     results = grid.add_metrics(results, vendor=cfg.platform(here).vendor)
     if os.environ.get(CASES_ENV):
         write_cases(os.environ[CASES_ENV], results)

@@ -7,6 +7,7 @@ cases are dealt longest-first to the least-loaded GPU.
 """
 
 import csv
+import hashlib
 import json
 import os
 import subprocess
@@ -34,6 +35,25 @@ def estimated_cost(case: Case) -> float:
 def point(case: Case) -> tuple:
     """A grid point: what every implementation of one problem shares."""
     return case.batch, case.seqlen, case.dtype, case.heads
+
+
+def runner_shard(case: Case, shards: int) -> int:
+    """Which of ``shards`` runners (0-based) records a case: a stable hash of its grid point, so
+    every implementation of a point lands on one runner (same-GPU ratios) and the split is the
+    same on every run, machine and Python."""
+    text = ",".join(map(str, point(case)))
+    return int(hashlib.sha1(text.encode()).hexdigest(), 16) % shards
+
+
+def parse_shard(text: str) -> tuple:
+    """'I/N' (1 <= I <= N) -> (I - 1, N); ValueError naming --shard otherwise."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except (AttributeError, ValueError):
+        raise ValueError(f"--shard must be I/N (e.g. 2/4), got {text!r}") from None
+    if not 1 <= i <= n:
+        raise ValueError(f"--shard {text}: I must be between 1 and N")
+    return i - 1, n
 
 
 def shard(cases, n_gpus: int) -> list:
@@ -175,6 +195,19 @@ def run_cases(cases, timing: Timing, *, budgets=None, deadline=None, gpus=None, 
         for t in threads:
             t.join()
     return [results[i] for i in range(len(cases))]
+
+
+def run_on_each(case: Case, timing: Timing, gpus, *, budget="record", python=sys.executable) -> list:
+    """The same case on every GPU in ``gpus`` at once (a worker each): [CaseResult] in gpus' order."""
+    results, lock = [{} for _ in gpus], threading.Lock()
+    threads = [threading.Thread(target=_run_worker, args=([case], [0], timing, gpu, results[k], None, lock, python,
+                                                          [budget], None))
+               for k, gpu in enumerate(gpus)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r[0] for r in results]
 
 
 def add_metrics(results, *, peaks=None, vendor: str | None = None) -> list:

@@ -9,6 +9,7 @@ while the GPU runs each window, and a window taken while the GPU throttled is dr
 
 import math
 import time
+from dataclasses import replace
 
 from mlagate import hardware
 from mlagate.case import Samples
@@ -174,8 +175,9 @@ def time_gpu(fn, timing: Timing, budget: str | Budget = "record", *, device=None
         if not readings:
             readings.append(clock.read())
         windows.append(([s.elapsed_time(e) for s, e in pairs], clocks.summarize([r for r in readings if r])))
-    return _samples(windows, timing, budget if isinstance(budget, str) else "", flush.nbytes, warmup_calls + 6,
-                    torch.cuda.get_device_name(device), dropped)
+    props = torch.cuda.get_device_properties(device)
+    return replace(_samples(windows, timing, budget if isinstance(budget, str) else "", flush.nbytes,
+                            warmup_calls + 6, props.name, dropped), uuid=str(getattr(props, "uuid", "")))
 
 
 def _samples(windows, timing, budget, flush_bytes, warmup_calls, device_name, dropped) -> Samples:

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from mlagate.measure import environment
-from mlagate.measure.asv_suite import CASES_ENV, DEADLINE_ENV
+from mlagate.measure.grid import parse_gpus, parse_shard
+from mlagate.measure.asv_suite import CASES_ENV, DEADLINE_ENV, GPUS_ENV, SHARD_ENV
 from mlagate import gitops
 from mlagate.gitops import git, resolve
 from mlagate.store.errors import StoreError
@@ -53,13 +54,20 @@ def asv_config(source: Path, results: Path, html: Path) -> dict:
 
 
 def record(rev: str, *, results: Path, machine: str, grid: str = "full", dtypes=None, impls=None,
-           bench_regex: str | None = None, time_budget_s: float | None = None, echo=print) -> Path:
+           bench_regex: str | None = None, time_budget_s: float | None = None, gpus: str | None = None,
+           shard: str | None = None, gpu_check: dict | None = None, echo=print) -> Path:
     """Record ``rev`` into the store at ``results``; returns the asv results file. Cases not
-    started within ``time_budget_s`` of the start are stored as skipped, saying why."""
+    started within ``time_budget_s`` of the start are stored as skipped, saying why. ``gpus``
+    (as `--gpus` takes it) shards the grid points over this host's GPUs; ``shard`` ('I/N')
+    records only this runner's share of the points (`mlagate results merge` joins the shares);
+    ``gpu_check`` (`mlagate.gpu_check`) is kept in the environment record."""
     results = Path(results).resolve()  # asv reads a relative results_dir against its config file's folder
     if not gpu_available():
         raise ValueError(f"no GPU: torch.cuda.is_available() is False in this process; mlagate record measures "
                          f"on a CUDA or ROCm GPU and stored nothing in {results}")
+    parse_gpus(gpus)  # bad values are refused before anything starts
+    if shard:
+        parse_shard(shard)
     commit = resolve(rev)
     _refuse_recorded(results, machine, commit)  # before the lock: a refusal writes nothing
     with store_lock(results, echo=echo):
@@ -69,7 +77,8 @@ def record(rev: str, *, results: Path, machine: str, grid: str = "full", dtypes=
         tree = Path(tempfile.mkdtemp(prefix=_tree_prefix(results), dir=_trees()))
         try:
             deadline = time.time() + time_budget_s if time_budget_s else None
-            staging = _run_asv(tree, commit, machine, grid, dtypes, impls, bench_regex, deadline, echo)
+            staging = _run_asv(tree, commit, machine, grid, dtypes, impls, bench_regex, deadline, gpus, shard,
+                               gpu_check, echo)
             return install_record(staging, results, machine)
         finally:
             _remove_tree(tree)
@@ -111,7 +120,8 @@ def _remove_tree(tree: Path):
 
 # -- asv ---------------------------------------------------------------------------
 
-def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, deadline, echo) -> Path:
+def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, deadline, gpus, shard, gpu_check,
+             echo) -> Path:
     """asv and the sidecars, into the staging results directory ``tree/results``; returns it."""
     source = gitops.REPO
     if not _is_checked_out(commit, gitops.REPO):
@@ -123,8 +133,9 @@ def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, dead
     env = _asv_env(source, grid, dtypes, impls)
     cases_file = tree / "cases.json"
     env[CASES_ENV] = str(cases_file)
-    if deadline:
-        env[DEADLINE_ENV] = repr(deadline)
+    for name, value in ((DEADLINE_ENV, deadline and repr(deadline)), (GPUS_ENV, gpus), (SHARD_ENV, shard)):
+        if value:
+            env[name] = value
     asv = [sys.executable, "-m", "asv"]
     out = subprocess.run([*asv, "machine", "--machine", machine, "--yes", "--config", str(conf_path)], env=env,
                          capture_output=True, text=True)
@@ -144,7 +155,8 @@ def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, dead
                          "nothing was stored")
     staged.write_sidecar(machine, commit, "asv-log", {"command": cmd, "exit_code": code, "log": log[-200_000:]})
     staged.write_sidecar(machine, commit, "env", {"start": start, "end": end, "grid": grid, "dtypes": dtypes,
-                                                  "impls": impls, "platform": start["platform"]})
+                                                  "impls": impls, "platform": start["platform"], "gpus": gpus,
+                                                  "shard": shard, "gpu_consistency": gpu_check})
     if cases_file.exists():  # a commit from before one measurement per record writes none
         staged.write_sidecar(machine, commit, "cases", json.loads(cases_file.read_text()))
     return staging

@@ -1,0 +1,132 @@
+"""Several GPUs on a CPU: the consistency rule, the check before a record (stand-in workers), the
+warning it leaves in the gate report, and the runner shards."""
+
+import collections
+import json
+import sys
+
+import pytest
+
+import gate_fixtures as fx
+from mlagate import cli, config, gpu_check
+from mlagate.case import Case, CaseResult, RunStatus, Samples
+from mlagate.decide.consistency import compare_gpus
+from mlagate.measure import grid
+
+
+def test_a_gpu_off_its_siblings_by_more_than_the_screen_is_flagged():
+    readings = compare_gpus({0: 100e-6, 1: 100.5e-6, 2: 102e-6, 3: 100.2e-6}, 0.0125, {2: "GPU-2"})
+    assert [r.flagged for r in readings] == [False, False, True, False]
+    assert readings[2].uuid == "GPU-2" and readings[2].off == pytest.approx(102 / 100.2 - 1)
+
+
+def test_two_gpus_that_disagree_are_both_flagged_and_one_gpu_has_nothing_to_compare():
+    assert [r.flagged for r in compare_gpus({0: 100e-6, 1: 101.8e-6}, 0.0125)] == [True, True]
+    assert [r.flagged for r in compare_gpus({0: 100e-6, 1: 101.0e-6}, 0.0125)] == [False, False]
+    assert compare_gpus({0: 100e-6}, 0.0125) == []
+
+
+def fake_run_on_each(medians_us):
+    def run_on_each(case, timing, gpus, **_):
+        return [CaseResult(case, RunStatus.OK, samples=Samples((medians_us[g] / 1e3,) * 20, "fake", 0, 0, "x",
+                                                               uuid=f"GPU-{g}"), gpu=g) for g in gpus]
+    return run_on_each
+
+
+def test_the_check_runs_the_quick_grids_largest_gated_case_on_each_gpu(monkeypatch):
+    from mlagate.measure import environment
+
+    seen = []
+    monkeypatch.setattr(environment, "platform", lambda: "cuda")
+    monkeypatch.setattr(grid, "parse_gpus", lambda text: [0, 1])
+    run = fake_run_on_each({0: 100.0, 1: 102.0})
+    monkeypatch.setattr(grid, "run_on_each", lambda case, *a, **k: seen.append(case) or run(case, *a, **k))
+    out = gpu_check.check_gpus(config.load(), "all", echo=lambda *_: None)
+    assert seen == [Case("tilelang-hopper", 128, 4096, "float16", 16)]
+    assert [g["flagged"] for g in out["gpus"]] == [True, True] and out["gpus"][1]["uuid"] == "GPU-1"
+    json.dumps(out)  # it goes into the environment record
+
+
+def test_one_gpu_is_not_checked(monkeypatch):
+    monkeypatch.setattr(grid, "parse_gpus", lambda text: [0])
+    assert gpu_check.check_gpus(config.load(), "1") is None
+
+
+def test_a_gpu_that_fails_the_check_stops_the_record_before_it_starts(monkeypatch):
+    from mlagate.measure import environment
+
+    monkeypatch.setattr(environment, "platform", lambda: "cuda")
+    monkeypatch.setattr(grid, "parse_gpus", lambda text: [0, 1])
+    monkeypatch.setattr(grid, "run_on_each", lambda case, timing, gpus, **_: [
+        CaseResult(case, RunStatus.OK, samples=Samples((0.1,) * 20, "fake", 0, 0, "x"), gpu=0),
+        CaseResult(case, RunStatus.FAILED, "worker exited with code 3", gpu=1)])
+    with pytest.raises(ValueError, match="GPU 1: worker exited with code 3; nothing was recorded"):
+        gpu_check.check_gpus(config.load(), "all", echo=lambda *_: None)
+
+
+def test_each_gpu_runs_the_same_case_in_a_worker_of_its_own(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text("import json, os, sys\njob = json.load(sys.stdin)\n"
+                      "index, fields, budget = job['cases'][0]\n"
+                      "print('@@mlagate ' + json.dumps({'event': 'start', 'index': index}), flush=True)\n"
+                      "r = dict(fields, status='skipped', reason=os.environ['CUDA_VISIBLE_DEVICES'] + ' ' + budget)\n"
+                      "print('@@mlagate ' + json.dumps({'event': 'done', 'index': index, 'result': r}), flush=True)\n")
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
+    exe.chmod(0o755)
+    case = Case("tilelang-hopper", 64, 4096, "float16", 16)
+    rows = grid.run_on_each(case, config.load().timing, [0, 1, 3], python=str(exe))
+    assert [(r.case, r.gpu, r.reason) for r in rows] == [(case, g, f"{g} record") for g in (0, 1, 3)]
+
+
+def test_a_flagged_gpu_is_a_warning_in_the_gate_report(tmp_path, capsys):
+    root = fx.copy_store(tmp_path)
+    env_path = root / fx.MACHINE / f"{fx.DOCS[:8]}-env.sidecar"
+    env = json.loads(env_path.read_text())
+    env["gpu_consistency"] = {"case": "tilelang-hopper h=16 b=128 s=4096 float16", "screen": 0.0125, "gpus": [
+        {"gpu": 0, "uuid": "GPU-0", "median_s": 1e-4, "off": -0.017, "flagged": True},
+        {"gpu": 1, "uuid": "GPU-1", "median_s": 1.017e-4, "off": 0.0173, "flagged": True}]}
+    env_path.write_text(json.dumps(env))
+    code = cli.main(["gate", "--base", fx.BASE, "--head", fx.DOCS, "--machine", fx.MACHINE, "--results", str(root),
+                     "--out", str(tmp_path / "out")])
+    assert code == 0
+    warnings = json.loads((tmp_path / "out" / "verdict.json").read_text())["warnings"]
+    assert [w for w in warnings if "against the node's other GPUs" in w] == [
+        f"head {fx.DOCS[:8]}: GPU 0 read -1.70% against the node's other GPUs on tilelang-hopper h=16 b=128 "
+        "s=4096 float16 before the record (more than the screen): its cases carry that offset",
+        f"head {fx.DOCS[:8]}: GPU 1 read +1.73% against the node's other GPUs on tilelang-hopper h=16 b=128 "
+        "s=4096 float16 before the record (more than the screen): its cases carry that offset"]
+
+
+# -- runner shards ---------------------------------------------------------------------
+
+def test_runner_shards_are_a_stable_hash_of_the_grid_point():
+    cases = config.load().cases("full", ["tilelang-hopper", "flash_mla"], "cuda")
+    shards = {c: grid.runner_shard(c, 4) for c in cases}
+    by_point = collections.defaultdict(set)
+    for c, s in shards.items():
+        by_point[grid.point(c)].add(s)
+    assert all(len(s) == 1 for s in by_point.values())  # a point's implementations on one runner
+    assert set(shards.values()) == {0, 1, 2, 3}
+    # fixed values: the same split on every run, machine and Python (no salted hash())
+    assert grid.runner_shard(Case("tilelang-hopper", 64, 4096, "float16", 16), 4) == 3
+    assert grid.runner_shard(Case("flash_mla", 128, 16384, "float16", 128), 4) == 0
+
+
+@pytest.mark.parametrize("text", ["0/2", "3/2", "2", "a/b", "1/0", ""])
+def test_a_bad_shard_is_refused(text):
+    with pytest.raises(ValueError, match="--shard"):
+        grid.parse_shard(text)
+
+
+def test_a_shard_records_only_its_points(monkeypatch):
+    from mlagate.measure import asv_suite
+
+    monkeypatch.setenv("MLAGATE_GRID", "full")
+    monkeypatch.setattr(asv_suite, "platform", lambda: "cuda")
+    everything = set(asv_suite.cases())
+    parts = []
+    for i in (1, 2, 3):
+        monkeypatch.setenv("MLAGATE_SHARD", f"{i}/3")
+        parts.append(set(asv_suite.cases()))
+    assert set().union(*parts) == everything and sum(map(len, parts)) == len(everything)
