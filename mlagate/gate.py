@@ -145,12 +145,15 @@ def runner_notes(store: Store, machine: str, sides) -> list:
         text = report.clock_warning(start.get("clock_control"), windows)
         if text:
             notes.append(Note(Kind.UNLOCKED_CLOCKS, f"{name} {commit[:8]}: {text}"))
-        check = env.get("gpu_consistency") if isinstance(env.get("gpu_consistency"), dict) else {}
-        for g in check.get("gpus") or ():
-            if isinstance(g, dict) and g.get("flagged") is True and isinstance(g.get("off"), (int, float)):
-                notes.append(Note(Kind.GPU_OUTLIER, f"{name} {commit[:8]}: GPU {g.get('gpu')} read {g['off']:+.2%} "
-                                  f"against the node's other GPUs on {check.get('case')} before the record "
-                                  f"(more than the screen): its cases carry that offset"))
+        shards = env.get("shards") if isinstance(env.get("shards"), list) else [env]  # a merged record: each runner's
+        for part in (s for s in shards if isinstance(s, dict)):
+            check = part.get("gpu_consistency") if isinstance(part.get("gpu_consistency"), dict) else {}
+            where = f" (shard {part['shard']})" if isinstance(part.get("shard"), str) else ""
+            for g in check.get("gpus") or ():
+                if isinstance(g, dict) and g.get("flagged") is True and isinstance(g.get("off"), (int, float)):
+                    notes.append(Note(Kind.GPU_OUTLIER, f"{name} {commit[:8]}{where}: GPU {g.get('gpu')} read "
+                                      f"{g['off']:+.2%} against the node's other GPUs on {check.get('case')} before "
+                                      "the record (more than the screen): its cases carry that offset"))
     return notes
 
 

@@ -130,3 +130,19 @@ def test_a_shard_records_only_its_points(monkeypatch):
         monkeypatch.setenv("MLAGATE_SHARD", f"{i}/3")
         parts.append(set(asv_suite.cases()))
     assert set().union(*parts) == everything and sum(map(len, parts)) == len(everything)
+
+
+def test_a_merged_record_warns_of_each_runners_flagged_gpu(tmp_path, capsys):
+    root = fx.copy_store(tmp_path)
+    env_path = root / fx.MACHINE / f"{fx.DOCS[:8]}-env.sidecar"
+    env = json.loads(env_path.read_text())
+    check = {"case": "c", "screen": 0.0125, "gpus": [{"gpu": 1, "uuid": "u", "median_s": 1e-4, "off": 0.02,
+                                                      "flagged": True}]}
+    env["shards"] = [{**env, "shard": "1/2"}, {**env, "shard": "2/2", "gpu_consistency": check}]
+    env_path.write_text(json.dumps(env))
+    assert cli.main(["gate", "--base", fx.BASE, "--head", fx.DOCS, "--machine", fx.MACHINE, "--results", str(root),
+                     "--out", str(tmp_path / "out")]) == 0
+    warnings = json.loads((tmp_path / "out" / "verdict.json").read_text())["warnings"]
+    assert [w for w in warnings if "other GPUs" in w] == [
+        f"head {fx.DOCS[:8]} (shard 2/2): GPU 1 read +2.00% against the node's other GPUs on c before the record "
+        "(more than the screen): its cases carry that offset"]

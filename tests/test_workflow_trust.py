@@ -12,7 +12,8 @@ recordings. These tests read .github/workflows/*.yml and docker-compose.yml and 
 4. a workflow_run workflow does not check the triggering run's workflow path and repository, or posts
    the artifact's text without a size cap and with HTML in it;
 5. a cleanup step runs on `!cancelled()` instead of `always()`;
-6. a self-hosted job does not start from an empty workspace (a PR job: and end with one).
+6. a self-hosted job does not start from an empty workspace (a PR job: and end with one);
+7. a trusted job downloads artifacts of another run or repository (a pull request's run can upload those).
 
 Each rule is a function returning a list of violations; each test runs it on the real files (no violation)
 and on a deliberately bad copy (the violation is found), so that every rule can fail.
@@ -489,6 +490,39 @@ def workspace_violations(workflows):
     return found
 
 
+# --- rule 7: artifacts ----------------------------------------------------------------------------------
+
+FOREIGN_ARTIFACT_INPUTS = {"run-id", "github-token", "repository"}  # download-artifact: another run's
+OWN_RUN = re.compile(r'\bgh\s+run\s+download\s+"?\$\{?GITHUB_RUN_ID\}?"?(?=\s|$)')
+
+
+def artifact_downloads(job):
+    """(step, how) of each artifact download of a job: the download-artifact action or `gh run download`."""
+    for step in steps(job):
+        if str(step.get("uses", "")).startswith("actions/download-artifact@"):
+            yield step, "action"
+        for _ in re.finditer(r"\bgh\s+run\s+download\b", step.get("run", "")):
+            yield step, "gh"
+
+
+def artifact_violations(workflows):
+    """A trusted job loads artifacts of its own run only: any other run's may be a pull request's."""
+    found = []
+    for file, workflow, job_name, job in jobs(workflows):
+        if not is_trusted(workflow):
+            continue
+        for step, how in artifact_downloads(job):
+            where = step_label(file, job_name, step)
+            foreign = sorted(FOREIGN_ARTIFACT_INPUTS & set(step.get("with") or {})) if how == "action" else []
+            if foreign:
+                found.append(f"{where}: downloads artifacts of another run or repository ({', '.join(foreign)})")
+            script = step.get("run", "")
+            if how == "gh" and (len(OWN_RUN.findall(script)) != len(re.findall(r"\bgh\s+run\s+download\b", script))
+                                or re.search(r"\s(-R|--repo)\b", script)):
+                found.append(f"{where}: `gh run download` of another run than $GITHUB_RUN_ID")
+    return found
+
+
 # --- tests ---------------------------------------------------------------------------------------------
 
 
@@ -712,7 +746,7 @@ def test_cleanup_steps_run_always(workflows):
     # The rule sees the cleanup steps it is about.
     names = [s.get("name") for _, _, _, j in jobs(workflows) for i, s in enumerate(steps(j))
              if i and CLEANUP.search(s.get("run", ""))]
-    assert names.count("Give the workspace back to the runner user") == 2
+    assert names.count("Give the workspace back to the runner user") == 3  # perf-pr's gate, perf-main's shard, record
 
 
 def test_cleanup_rule_catches_not_cancelled(workflows):
@@ -740,3 +774,27 @@ def test_workspace_rule_catches_a_reused_workspace(workflows):
     violations = workspace_violations(bad)
     assert any("perf-main.yml" in v and "start" in v for v in violations)
     assert any("perf-pr.yml" in v and "end" in v for v in violations)
+
+
+# 7. Artifacts.
+
+def test_trusted_jobs_load_artifacts_of_their_own_run_only(workflows):
+    assert artifact_violations(workflows) == []
+    # The rule sees the downloads it is about: the record job's shards and the culprit job's bisect.
+    main = workflows["perf-main.yml"]["jobs"]
+    assert [how for _, how in artifact_downloads(main["record"])] == ["action"]
+    assert [how for _, how in artifact_downloads(main["culprit"])] == ["gh"]
+
+
+def test_artifact_rule_catches_a_download_from_another_run(workflows):
+    # The insecure versions: the shards (or the bisect) fetched from a run named by an input or a variable,
+    # which may be a pull request's run of the same workflow file.
+    bad = copy.deepcopy(workflows)
+    step = find_step(bad["perf-main.yml"]["jobs"]["record"], r"^Download the shards")
+    step["with"].update({"run-id": "${{ inputs.run }}", "github-token": "${{ github.token }}"})
+    assert any("Download the shards" in v and "github-token, run-id" in v for v in artifact_violations(bad))
+    for run in ('"$RUN_ID"', '"$GITHUB_RUN_ID" -R someone/fork'):
+        bad = copy.deepcopy(workflows)
+        step = find_step(bad["perf-main.yml"]["jobs"]["culprit"], r"gh run download")
+        step["run"] = step["run"].replace('gh run download "$GITHUB_RUN_ID"', f"gh run download {run}")
+        assert any("another run" in v for v in artifact_violations(bad)), run

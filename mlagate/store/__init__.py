@@ -5,5 +5,6 @@ results       a results directory: each commit's results, and the sidecars besid
 files         writing: the store's lock, whole files, a record installed all or nothing
 branch        a git branch as the store (CI checks it out, records into it, pushes)
 record        `mlagate record`: run asv on a commit and install what it wrote
+merge         `mlagate results merge`: runners' shards of one commit joined into one record
 errors        StoreError and GateError
 """
