@@ -139,8 +139,9 @@ def runner_notes(store: Store, machine: str, sides) -> list:
     for name, commit in sides:
         env = store.read_sidecar(machine, commit, "env") or {}
         rows = (store.read_sidecar(machine, commit, "cases") or {}).get("results")
+        rows = rows if isinstance(rows, list) else []
         windows = [w for row in rows if isinstance(row, dict) and isinstance(row.get("samples"), dict)
-                   for w in row["samples"].get("windows") or () if isinstance(w, dict)] if isinstance(rows, list) else []
+                   for w in row["samples"].get("windows") or () if isinstance(w, dict)]
         start = env.get("start") if isinstance(env.get("start"), dict) else {}
         text = report.clock_warning(start.get("clock_control"), windows)
         if text:

@@ -27,10 +27,6 @@ NVML_REASON_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_
                     0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal",
                     0x40: "hw_thermal", 0x80: "power_brake"}
 
-# amdsmi_get_violation_status() "active_*" flags (True, False or "N/A"); PPT is the power cap.
-AMD_VIOLATIONS = {"active_ppt_pwr": "sw_power_cap", "active_socket_thrm": "sw_thermal",
-                  "active_prochot_thrm": "hw_thermal", "active_hbm_thrm": "hw_thermal",
-                  "active_vr_thrm": "hw_slowdown"}
 
 
 @dataclass(frozen=True)
@@ -151,16 +147,6 @@ class _AmdProbe(ClockProbe):
     def __init__(self, smi, handle, bdf: str):
         super().__init__(None, "amd", "amdsmi")
         self._smi, self._handle, self._bdf, self._shutdown = smi, handle, bdf, smi.amdsmi_shut_down
-        self._violations = True  # until the GPU says it has no violation status
-
-    def _reason_names(self) -> frozenset[str]:
-        if self._violations:
-            try:
-                status = self._smi.amdsmi_get_violation_status(self._handle)
-                return frozenset(name for key, name in AMD_VIOLATIONS.items() if status.get(key) is True)
-            except Exception:  # not supported by this GPU or firmware: stop asking every poll
-                self._violations = False
-        return frozenset()
 
     def _read(self) -> Reading:
         smi, h = self._smi, self._handle
@@ -169,7 +155,9 @@ class _AmdProbe(ClockProbe):
         # MI300 reports current_socket_power; average_socket_power is for older parts.
         watts = _num(power.get("current_socket_power"))
         watts = _num(power.get("average_socket_power")) if watts is None else watts
-        return Reading(_num(clock.get("clk")), watts, self._reason_names())
+        # No slowdown reasons: amdsmi_get_violation_status sleeps 100 ms inside the library (it
+        # differences two SMU samples), far longer than a window; AMD windows go by the clock rule.
+        return Reading(_num(clock.get("clk")), watts, frozenset())
 
     def _facts(self) -> dict:
         smi, h = self._smi, self._handle

@@ -152,12 +152,18 @@ def time_gpu(fn, timing: Timing, budget: str | Budget = "record", *, device=None
         call()
 
     calls, stride = window_plan(estimate_ms, timing, spend.windows)
+    quota = math.ceil(calls / stride)  # timed calls per window; a call dropped for the lead is made up
     lead, windows, dropped = _Lead(), [], 0
     for _ in range(spend.windows):
-        pairs, readings = [], []
+        pairs, readings, misses, i = [], [], 0, 0
+        next_read = time.perf_counter() + POLL_S  # not at once: the GPU may still be idle between windows
         lead.sleep()
-        for i in range(calls):
-            if i % stride:
+        while len(pairs) < quota and misses <= quota:
+            if time.perf_counter() >= next_read:  # while queuing, the GPU runs this window's earlier calls
+                readings.append(clock.read())
+                next_read += POLL_S
+            i += 1
+            if (i - 1) % stride:
                 flush()
                 call()
                 continue
@@ -165,15 +171,14 @@ def time_gpu(fn, timing: Timing, budget: str | Budget = "record", *, device=None
             if pair:
                 pairs.append(pair)
             else:
-                dropped += 1
+                misses += 1
+        dropped += misses
         done = torch.cuda.Event()
         done.record()
-        while not done.query():  # the GPU is still in this window: read its clock
+        while not done.query():  # the GPU is still in this window
             readings.append(clock.read())
             time.sleep(POLL_S)
-        done.synchronize()
-        if not readings:
-            readings.append(clock.read())
+        done.synchronize()  # no reading after this: an idle GPU's clock says nothing of the window
         windows.append(([s.elapsed_time(e) for s, e in pairs], clocks.summarize([r for r in readings if r])))
     props = torch.cuda.get_device_properties(device)
     return replace(_samples(windows, timing, budget if isinstance(budget, str) else "", flush.nbytes,

@@ -160,9 +160,12 @@ def clock_warning(facts, windows) -> str | None:
         return (f"GPU clocks not read on this runner ({facts['unavailable']}): no window taken while the GPU "
                 "throttled could be dropped (docs/clocks.md)")
     clocks = [w["sm_mhz"] for w in windows if isinstance(w.get("sm_mhz"), (int, float))]
+    if clocks and max(clocks) <= 1.01 * min(clocks):
+        return None  # NVML cannot say whether clocks are locked; every window read one clock
     seen = f": the SM clock read {min(clocks):.0f}-{max(clocks):.0f} MHz over {len(clocks)} sampling windows" \
         if clocks else ""
     dropped = sum(1 for w in windows if w.get("kept") is False)
-    return (f"GPU clocks not locked on this runner{seen}, {dropped} window(s) dropped as throttled; changes "
+    state = "not locked" if facts.get("locked") is False else "not known to be locked"
+    return (f"GPU clocks {state} on this runner{seen}, {dropped} window(s) dropped as throttled; changes "
             "near the screen may be clock noise (docs/clocks.md)")
 
