@@ -121,3 +121,68 @@ def test_too_few_timed_calls_is_an_error_saying_why():
 def test_samples_name_the_gpu_that_took_them():
     s = time_gpu(lambda: torch.ones(1 << 16, device="cuda"), TIMING, SHORT)
     assert s.uuid == str(torch.cuda.get_device_properties(0).uuid) and len(s.uuid) >= 32
+
+
+# -- time_gpu's loop on a stand-in device (any machine) -----------------------------------------
+
+class FakeCuda:
+    """Device events that say what the test wants: a kernel time, and which timed calls the host
+    was late for (the start event already reached when queried)."""
+
+    def __init__(self, kernel_ms, late_every=0):
+        self.kernel_ms, self.late_every, self.timed, self.calls = kernel_ms, late_every, 0, 0
+
+    def kernel(self):  # the host's launch takes real time, so the clock is read while a window is queued
+        self.calls += 1
+        time.sleep(1e-4)
+
+    def install(self, monkeypatch):
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.timing = enable_timing
+
+            def record(self):
+                self.at = fake.calls
+
+            def query(self):  # a window's end: done; a start event: reached (late) every late_every-th call
+                if not self.timing:
+                    return True
+                fake.timed += 1
+                return bool(fake.late_every) and fake.timed % fake.late_every == 0
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return (end.at - self.at) * fake.kernel_ms
+
+        cuda = torch.cuda
+        for name, value in (("is_available", lambda: True), ("current_device", lambda: 0), ("Event", Event),
+                            ("synchronize", lambda *a: None), ("_sleep", lambda cycles: None),
+                            ("get_device_properties", lambda d: type("P", (), {"name": "stand-in", "uuid": "u-0"}))):
+            monkeypatch.setattr(cuda, name, value, raising=False)
+        monkeypatch.setattr(timer, "_Flusher", lambda device, enabled: type("F", (), {"nbytes": 0, "__call__":
+                                                                                     lambda self: None})())
+        monkeypatch.setattr(timer, "probe", lambda device: type("P", (), {"read": lambda self: clocks.Reading(
+            1400.0, 690.0, frozenset({"sw_power_cap"}))})())
+
+
+def test_each_window_times_its_quota_and_reads_the_clock_while_it_runs(monkeypatch):
+    fake = FakeCuda(kernel_ms=1.0)
+    fake.install(monkeypatch)
+    s = timer.time_gpu(fake.kernel, TIMING, "record")
+    assert [w["samples"] for w in s.windows] == [50] * 10  # 50 ms of 1 ms calls, every one timed
+    assert all(w["sm_mhz"] == 1400.0 and w["kept"] for w in s.windows) and s.uuid == "u-0"
+    assert len(s.times_ms) == 500 and s.dropped == 0
+
+
+def test_a_call_the_host_was_late_for_is_made_up_in_its_window(monkeypatch):
+    """A long kernel: 2 timed calls per window hold exactly min_samples; every third timed call
+    lost to the host must not leave the case short (it would fail)."""
+    fake = FakeCuda(kernel_ms=25.0, late_every=3)
+    fake.install(monkeypatch)
+    s = timer.time_gpu(fake.kernel, TIMING, "record")
+    assert [w["samples"] for w in s.windows] == [2] * 10
+    assert len(s.times_ms) == TIMING.min_samples and s.dropped > 0
