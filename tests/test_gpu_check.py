@@ -11,7 +11,7 @@ import gate_fixtures as fx
 from mlagate import cli, config, gpu_check
 from mlagate.case import Case, CaseResult, RunStatus, Samples
 from mlagate.decide.consistency import compare_gpus
-from mlagate.measure import grid
+from mlagate.measure import grid, shards
 
 
 def test_a_gpu_off_its_siblings_by_more_than_the_screen_is_flagged():
@@ -102,21 +102,21 @@ def test_a_flagged_gpu_is_a_warning_in_the_gate_report(tmp_path, capsys):
 
 def test_runner_shards_are_a_stable_hash_of_the_grid_point():
     cases = config.load().cases("full", ["tilelang-hopper", "flash_mla"], "cuda")
-    shards = {c: grid.runner_shard(c, 4) for c in cases}
+    split = {c: shards.runner_shard(c, 4) for c in cases}
     by_point = collections.defaultdict(set)
-    for c, s in shards.items():
-        by_point[grid.point(c)].add(s)
+    for c, s in split.items():
+        by_point[shards.point(c)].add(s)
     assert all(len(s) == 1 for s in by_point.values())  # a point's implementations on one runner
-    assert set(shards.values()) == {0, 1, 2, 3}
+    assert set(split.values()) == {0, 1, 2, 3}
     # fixed values: the same split on every run, machine and Python (no salted hash())
-    assert grid.runner_shard(Case("tilelang-hopper", 64, 4096, "float16", 16), 4) == 3
-    assert grid.runner_shard(Case("flash_mla", 128, 16384, "float16", 128), 4) == 0
+    assert shards.runner_shard(Case("tilelang-hopper", 64, 4096, "float16", 16), 4) == 3
+    assert shards.runner_shard(Case("flash_mla", 128, 16384, "float16", 128), 4) == 0
 
 
 @pytest.mark.parametrize("text", ["0/2", "3/2", "2", "a/b", "1/0", ""])
 def test_a_bad_shard_is_refused(text):
     with pytest.raises(ValueError, match="--shard"):
-        grid.parse_shard(text)
+        shards.parse_shard(text)
 
 
 def test_a_shard_records_only_its_points(monkeypatch):

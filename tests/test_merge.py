@@ -14,7 +14,7 @@ import pytest
 import gate_fixtures as fx
 from mlagate import cli
 from mlagate.case import Case
-from mlagate.measure.grid import runner_shard
+from mlagate.measure.shards import runner_shard
 from mlagate.store.errors import StoreError
 from mlagate.store.merge import merge_shards
 from mlagate.store.results import Store

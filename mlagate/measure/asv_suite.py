@@ -36,7 +36,7 @@ def _env_list(name, default):
 
 
 def cases():
-    from mlagate.measure.grid import parse_shard, runner_shard
+    from mlagate.measure.shards import parse_shard, runner_shard
 
     grid = os.environ.get("MLAGATE_GRID", "full")
     impls = _env_list("MLAGATE_IMPLS", config().implementations)

@@ -7,7 +7,6 @@ cases are dealt longest-first to the least-loaded GPU.
 """
 
 import csv
-import hashlib
 import json
 import os
 import subprocess
@@ -21,6 +20,7 @@ from mlagate.case import Case, CaseResult, RunStatus
 from mlagate.config import ROOT, Budget, Timing
 from mlagate.measure import summary
 from mlagate.measure import metrics
+from mlagate.measure.shards import point
 
 MARK = "@@mlagate "  # prefixes the worker's protocol lines; libraries may print too
 CUDA_FAULT_EXIT = 3
@@ -30,30 +30,6 @@ def estimated_cost(case: Case) -> float:
     """Relative run time of a case, for longest-first scheduling."""
     slow = {"torch": 4.0, "tilelang-cdna3": 3.0}.get(case.impl, 1.0)
     return case.batch * case.seqlen * (case.heads / 128) * slow + 5e5  # + fixed setup cost per case
-
-
-def point(case: Case) -> tuple:
-    """A grid point: what every implementation of one problem shares."""
-    return case.batch, case.seqlen, case.dtype, case.heads
-
-
-def runner_shard(case: Case, shards: int) -> int:
-    """Which of ``shards`` runners (0-based) records a case: a stable hash of its grid point, so
-    every implementation of a point lands on one runner (same-GPU ratios) and the split is the
-    same on every run, machine and Python."""
-    text = ",".join(map(str, point(case)))
-    return int(hashlib.sha1(text.encode()).hexdigest(), 16) % shards
-
-
-def parse_shard(text: str) -> tuple:
-    """'I/N' (1 <= I <= N) -> (I - 1, N); ValueError naming --shard otherwise."""
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except (AttributeError, ValueError):
-        raise ValueError(f"--shard must be I/N (e.g. 2/4), got {text!r}") from None
-    if not 1 <= i <= n:
-        raise ValueError(f"--shard {text}: I must be between 1 and N")
-    return i - 1, n
 
 
 def shard(cases, n_gpus: int) -> list:

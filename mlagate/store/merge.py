@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlagate.case import Case, case_label
-from mlagate.measure.grid import parse_shard, runner_shard
+from mlagate.measure.shards import parse_shard, runner_shard
 from mlagate.store.errors import StoreError
 from mlagate.store.files import install_record, recover, store_lock
 from mlagate.store.results import Store

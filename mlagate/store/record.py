@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from mlagate.measure import environment
-from mlagate.measure.grid import parse_gpus, parse_shard
+from mlagate.measure.grid import parse_gpus
+from mlagate.measure.shards import parse_shard
 from mlagate.measure.asv_suite import CASES_ENV, DEADLINE_ENV, GPUS_ENV, SHARD_ENV
 from mlagate import gitops
 from mlagate.gitops import git, resolve
