@@ -276,7 +276,7 @@ def read_calibration(out: Path) -> dict | None:
 
 def write_json(path: Path, data) -> None:
     """Atomically: a killed ladder leaves the old file or the new one, never half of one."""
+    from mlagate.store.files import write_replace
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+    write_replace(path, json.dumps(data, indent=1, default=str).encode())

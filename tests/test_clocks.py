@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from mlagate.measure import clocks
-from mlagate.measure.clocks import Reading, WindowClock, dropped_windows, locked_from_windows, summarize
+from mlagate.measure.clocks import Reading, WindowClock, dropped_windows, locked_from_clocks, summarize
 
 
 def window(mhz, *reasons, power=650.0):
@@ -73,14 +73,14 @@ def test_windows_without_a_clock_are_not_dropped_for_the_clock_rule():
     assert dropped_windows([window(None), window(None)], 0.10) == [False, False]
 
 
-# ---------------------------------------------------------------- locked_from_windows
+# ---------------------------------------------------------------- locked_from_clocks
 
-def test_locked_from_windows():
-    assert locked_from_windows([window(1755), window(1755), window(1760), window(None)]) is True
-    assert locked_from_windows([window(1350), window(1485)]) is False
-    assert locked_from_windows([window(1500), window(1500 * 1.02)]) is False
-    assert locked_from_windows([window(None)]) is None
-    assert locked_from_windows([]) is None
+def test_locked_from_clocks():
+    assert locked_from_clocks([1755, 1755, 1760, None]) is True
+    assert locked_from_clocks([1350, 1485]) is False
+    assert locked_from_clocks([1500, 1500 * 1.02]) is False
+    assert locked_from_clocks([None]) is None
+    assert locked_from_clocks([]) is None
 
 
 # ---------------------------------------------------------------- fake NVML

@@ -67,10 +67,10 @@ def dropped_windows(windows: list[WindowClock], max_clock_drop: float) -> list[b
     return [False] * len(windows) if all(drop) else drop
 
 
-def locked_from_windows(windows) -> bool | None:
-    """True when every window with a clock read the same SM clock (highest within 1% of lowest);
-    None when no window read a clock."""
-    clocks = [w.sm_mhz for w in windows if w.sm_mhz is not None]
+def locked_from_clocks(sm_mhz) -> bool | None:
+    """True when every window's SM clock (None: not read) is the same, the highest within 1% of
+    the lowest; None when no window read a clock. The measured answer where NVML cannot say."""
+    clocks = [c for c in sm_mhz if c is not None]
     return max(clocks) <= 1.01 * min(clocks) if clocks else None
 
 

@@ -9,7 +9,6 @@ while the GPU runs each window, and a window taken while the GPU throttled is dr
 
 import math
 import time
-from dataclasses import replace
 
 from mlagate import hardware
 from mlagate.case import Samples
@@ -179,13 +178,13 @@ def time_gpu(fn, timing: Timing, budget: str | Budget = "record", *, device=None
             readings.append(clock.read())
             time.sleep(POLL_S)
         done.synchronize()  # no reading after this: an idle GPU's clock says nothing of the window
-        windows.append(([s.elapsed_time(e) for s, e in pairs], clocks.summarize([r for r in readings if r])))
+        windows.append(([s.elapsed_time(e) for s, e in pairs], clocks.summarize(readings)))
     props = torch.cuda.get_device_properties(device)
-    return replace(_samples(windows, timing, budget if isinstance(budget, str) else "", flush.nbytes,
-                            warmup_calls + 6, props.name, dropped), uuid=str(getattr(props, "uuid", "")))
+    return _samples(windows, timing, budget if isinstance(budget, str) else "", flush.nbytes, warmup_calls + 6,
+                    props.name, dropped, uuid=str(getattr(props, "uuid", "")))
 
 
-def _samples(windows, timing, budget, flush_bytes, warmup_calls, device_name, dropped) -> Samples:
+def _samples(windows, timing, budget, flush_bytes, warmup_calls, device_name, dropped, uuid="") -> Samples:
     drop = clocks.dropped_windows([w for _, w in windows], timing.max_clock_drop)
     if sum(len(times) for (times, _), d in zip(windows, drop) if not d) < timing.min_samples:
         drop = [False] * len(windows)  # the gate needs min_samples more than a clean clock
@@ -197,4 +196,4 @@ def _samples(windows, timing, budget, flush_bytes, warmup_calls, device_name, dr
                   "kept": not d} for (times, w), d in zip(windows, drop))
     return Samples(kept, "cuda-graph" if timing.cuda_graph else "cuda-event", flush_bytes, warmup_calls,
                    device_name, dropped, budget, info,
-                   tuple(t for (times, _), d in zip(windows, drop) if d for t in times))
+                   tuple(t for (times, _), d in zip(windows, drop) if d for t in times), uuid)

@@ -3,6 +3,7 @@
 from dataclasses import fields, is_dataclass
 
 from mlagate.decide.notes import Note, Outcome, Status
+from mlagate.measure.clocks import locked_from_clocks
 from mlagate.report.build_report import FINDING_ICON
 
 
@@ -160,7 +161,7 @@ def clock_warning(facts, windows) -> str | None:
         return (f"GPU clocks not read on this runner ({facts['unavailable']}): no window taken while the GPU "
                 "throttled could be dropped (docs/clocks.md)")
     clocks = [w["sm_mhz"] for w in windows if isinstance(w.get("sm_mhz"), (int, float))]
-    if clocks and max(clocks) <= 1.01 * min(clocks):
+    if locked_from_clocks(clocks):
         return None  # NVML cannot say whether clocks are locked; every window read one clock
     seen = f": the SM clock read {min(clocks):.0f}-{max(clocks):.0f} MHz over {len(clocks)} sampling windows" \
         if clocks else ""

@@ -19,7 +19,7 @@ from mlagate.case import Case, case_label
 from mlagate.measure.shards import parse_shard, runner_shard
 from mlagate.store.errors import StoreError
 from mlagate.store.files import install_record, recover, store_lock
-from mlagate.store.results import Store
+from mlagate.store.results import Store, refuse_recorded
 from mlagate.store.results_file import Entry, _number, case_keys, read_json
 
 # Columns of a results row with one value per benchmark; every other column has one per case.
@@ -52,18 +52,13 @@ def merge_shards(shard_roots: list, into: Path, machine: str, commit: str) -> Pa
         raise ValueError(f"a merge takes a full commit hash (not {commit!r:.60}) and at least one shard store")
     shards = sorted((_read(Path(root), machine, commit) for root in shard_roots), key=lambda s: s.index)
     _check_set(shards)
-    _refuse_recorded(into := Path(into), machine, commit)  # before the lock: a refusal writes nothing
+    refuse_recorded(into := Path(into), machine, commit)  # before the lock: a refusal writes nothing
     with tempfile.TemporaryDirectory(prefix="mlagate-merge-") as tmp:
         staging = _stage(Path(tmp) / "results", machine, commit, shards)
         with store_lock(into):
             recover(into)
-            _refuse_recorded(into, machine, commit)  # again: a record we waited for may have stored it
+            refuse_recorded(into, machine, commit)  # again: a record we waited for may have stored it
             return install_record(staging, into, machine)
-
-
-def _refuse_recorded(root: Path, machine: str, commit: str):
-    if Store(root).load(machine, commit) is not None:
-        raise StoreError(f"{root / machine}: {commit[:8]} is already recorded on '{machine}'; the store is append-only")
 
 
 def _read(root: Path, machine: str, commit: str) -> Shard:

@@ -32,7 +32,7 @@ from mlagate import gitops
 from mlagate.gitops import git, resolve
 from mlagate.store.errors import StoreError
 from mlagate.store.files import install_record, recover, store_lock
-from mlagate.store.results import Store
+from mlagate.store.results import Store, refuse_recorded
 
 
 def _is_checked_out(commit: str, repo) -> bool:
@@ -70,11 +70,11 @@ def record(rev: str, *, results: Path, machine: str, grid: str = "full", dtypes=
     if shard:
         parse_shard(shard)
     commit = resolve(rev)
-    _refuse_recorded(results, machine, commit)  # before the lock: a refusal writes nothing
+    refuse_recorded(results, machine, commit)  # before the lock: a refusal writes nothing
     with store_lock(results, echo=echo):
         recover(results)
         _remove_dead_trees(results)
-        _refuse_recorded(results, machine, commit)  # again: a record we waited for may have stored it
+        refuse_recorded(results, machine, commit)  # again: a record we waited for may have stored it
         tree = Path(tempfile.mkdtemp(prefix=_tree_prefix(results), dir=_trees()))
         try:
             deadline = time.time() + time_budget_s if time_budget_s else None
@@ -83,12 +83,6 @@ def record(rev: str, *, results: Path, machine: str, grid: str = "full", dtypes=
             return install_record(staging, results, machine)
         finally:
             _remove_tree(tree)
-
-
-def _refuse_recorded(results: Path, machine: str, commit: str):
-    if Store(results).load(machine, commit) is not None:
-        raise StoreError(f"{results / machine}: {commit[:8]} is already recorded on '{machine}'; "
-                         "the store is append-only (record a new commit)")
 
 
 # -- the record's private tree ------------------------------------------------------

@@ -165,6 +165,13 @@ class Store:
             self.problems.append(problem)
 
 
+def refuse_recorded(root: Path, machine: str, commit: str):
+    """StoreError if ``commit`` is already in the store on ``machine``: a record (or a merge) of it is refused."""
+    if Store(root).load(machine, commit) is not None:
+        raise StoreError(f"{Path(root) / machine}: {commit[:8]} is already recorded on '{machine}'; "
+                         "the store is append-only (record a new commit)")
+
+
 def pick_machine(store: Store, machine: str | None) -> str:
     """The machine given, else the store's only one."""
     machines = store.machines()
