@@ -186,3 +186,34 @@ print(calls, "tilelang" in sys.modules)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=gitops.REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[] False"
+
+
+def test_a_sharded_record_measures_only_its_runners_points(tmp_path, capsys, monkeypatch, clone):
+    """--shard reaches the asv suite: the results file holds this runner's grid points only, and
+    the env sidecar says which shard it is (what `mlagate results merge` checks)."""
+    from mlagate.case import Case
+    from mlagate.measure.shards import runner_shard
+
+    monkeypatch.setattr(record, "gpu_available", lambda: True)
+    mine = runner_shard(Case("torch", 64, 4096, "float16", 16), 2)
+    args = ["record", "--rev", "HEAD", "--machine", "cpu-test", "--grid", "quick", "--impl", "torch",
+            "--shard", f"{mine + 1}/2", "--results", str(tmp_path / "store")]
+    assert cli.main(args) == 0
+    store = Store(tmp_path / "store")
+    head = store.load("cpu-test", gitops.resolve("HEAD"))
+    batches = {key[1] for key in head.entries(BENCH_TIME)}
+    assert batches == {b for b in (64, 128) if runner_shard(Case("torch", b, 4096, "float16", 16), 2) == mine}
+    assert store.read_sidecar("cpu-test", head.commit, "env")["shard"] == f"{mine + 1}/2"
+
+
+@pytest.mark.parametrize("option,value", [("--shard", "3/2"), ("--shard", "two"), ("--gpus", "0,x")])
+def test_a_bad_shard_or_gpu_list_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch, clone,
+                                                                      option, value):
+    monkeypatch.setattr(record, "gpu_available", lambda: True)
+    results = tmp_path / "store"
+    results.mkdir()
+    (results / "kept.txt").write_bytes(b"as it was")
+    args = ["record", "--rev", "HEAD", "--machine", "cpu-test", option, value, "--results", str(results)]
+    assert cli.main(args) == 2
+    assert option in capsys.readouterr().err
+    assert files(results) == {"kept.txt": b"as it was"}

@@ -146,3 +146,30 @@ def test_a_merged_record_warns_of_each_runners_flagged_gpu(tmp_path, capsys):
     assert [w for w in warnings if "other GPUs" in w] == [
         f"head {fx.DOCS[:8]} (shard 2/2): GPU 1 read +2.00% against the node's other GPUs on c before the record "
         "(more than the screen): its cases carry that offset"]
+
+
+def test_the_records_measurement_gets_its_gpus_deadline_and_budgets(monkeypatch, tmp_path):
+    """What `mlagate record` sets in asv's environment reaches the one pass over the grid."""
+    import torch
+
+    from mlagate.measure import asv_suite
+
+    seen = {}
+
+    def run_cases(cases, timing, *, budgets, deadline, gpus):
+        seen.update(cases=cases, budgets=budgets, deadline=deadline, gpus=gpus)
+        return []
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(asv_suite, "platform", lambda: "cuda")
+    monkeypatch.setattr(grid, "parse_gpus", lambda text: {"all": [0, 1]}[text])
+    monkeypatch.setattr(grid, "run_cases", run_cases)
+    monkeypatch.setenv("MLAGATE_GRID", "quick")
+    monkeypatch.setenv(asv_suite.GPUS_ENV, "all")
+    monkeypatch.setenv(asv_suite.DEADLINE_ENV, "123.5")
+    monkeypatch.setenv(asv_suite.CASES_ENV, str(tmp_path / "cases.json"))
+    assert asv_suite.measure_grid() == {}
+    assert seen["gpus"] == [0, 1] and seen["deadline"] == 123.5
+    record_first = [b for b in seen["budgets"] if b == "record"]
+    assert seen["budgets"][:len(record_first)] == record_first and "baseline" in seen["budgets"]
+    assert json.loads((tmp_path / "cases.json").read_text()) == {"results": []}

@@ -426,3 +426,15 @@ def test_calibrate_plots_a_real_ladder_beside_the_simulation(tmp_path, capsys):
                      "--out", str(tmp_path)])
     assert code in (0, 1)  # 1: off target on 20 trials; the plot is written either way
     assert (tmp_path / "calibration.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"table": [{"label": "a"}]}', '{"rows": []}'])
+def test_calibrate_refuses_what_is_not_a_ladder_and_writes_nothing(tmp_path, capsys, text):
+    from mlagate import cli
+
+    bad = tmp_path / "ladder.json"
+    bad.write_text(text)
+    out = tmp_path / "out"
+    assert cli.main(["calibrate", "--trials", "5", "--ladder", str(bad), "--out", str(out)]) == 2
+    assert str(bad) in capsys.readouterr().err
+    assert not out.exists()

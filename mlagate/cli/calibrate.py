@@ -21,6 +21,7 @@ def run(args, cfg) -> int:
     from mlagate.report import plots
     from mlagate.report import text
 
+    measured = ladder_points(Path(args.ladder)) if args.ladder else ()  # before anything is written
     data = json.loads(Path(args.noise).read_text())
     g = cfg.gate
     slowdowns = [i / 100 for i in range(0, 11)]
@@ -38,13 +39,27 @@ def run(args, cfg) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "calibration.json").write_text(json.dumps(curves, indent=1))
-        measured = ()
-        if args.ladder:
-            from mlagate.decide import ladder
-
-            measured = ladder.fail_shares(json.loads(Path(args.ladder).read_text())["table"])
         plots.calibration_plot(curves, out / "calibration.png", threshold=g.threshold, measured=measured)
         print(f"wrote {out / 'calibration.json'} and {out / 'calibration.png'}")
     at = {label: dict((round(s, 2), failed) for s, _, failed in c) for label, c in curves.items()}
     ok = all(a[0.05] >= 0.95 and a[0.0] <= 0.01 for a in at.values())
     return exits.OK if ok else exits.OFF_TARGET
+
+
+LADDER_ROW = ("label", "step", "injected", "status")
+
+
+def ladder_points(path: Path) -> list:
+    """A ladder.json's points for the plot; ValueError naming the file unless `mlagate ladder` wrote it."""
+    from mlagate.decide import ladder
+
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise ValueError(f"{path}: not a ladder.json ({e})") from None
+    table = doc.get("table") if isinstance(doc, dict) else None
+    if not isinstance(table, list) or not all(isinstance(r, dict) and all(k in r for k in LADDER_ROW) for r in table):
+        raise ValueError(f"{path}: not a ladder.json (a table of rows with {', '.join(LADDER_ROW)}, "
+                         "as `mlagate ladder` writes it)")
+    return ladder.fail_shares(table)
+
