@@ -450,12 +450,17 @@ def mla_decode(q, q_pe, kv, k_pe, *, config: TileConfig | None = None, return_ls
 
     Returns ``out`` [batch, heads, dim] in the input dtype, and with
     ``return_lse`` also the natural-log log-sum-exp [batch, heads] (float32).
-    ``config`` defaults to the tuned config of the device's architecture.
+    ``config`` defaults to the device architecture's family config, as tuned for this
+    shape in kernels/tuned/<arch>.yaml where the table lists it.
     """
     import torch
 
     shape = check_inputs(q, q_pe, kv, k_pe)
-    config = config or config_for_arch(device_arch(q.device))
+    if config is None:
+        from mlagate.kernels import tuned  # here, not at the top: tuned imports this module
+
+        arch = device_arch(q.device)
+        config = tuned.tuned_config(config_for_arch(arch).name, shape, arch)
     kernel = compiled(shape, config, q.device)
     out = torch.empty_like(q)
     lse = torch.empty(shape.batch, shape.heads, device=q.device, dtype=torch.float32)

@@ -1,8 +1,9 @@
 """What `mlagate build` lowers: the targets it accepts and the programs (jobs) of each.
 
-Per (tile config, dtype, shape): the split path (the plan's own split, or a forced
-split of FORCED_SPLIT where the plan does not split) with its combine kernel, and
-the no-split path (num_split = 1). Identical plans are planned once.
+Per (tile config, dtype, shape), a family's config as the committed table tunes it for the
+shape: the split path (the plan's own split, or a forced split of FORCED_SPLIT where the
+plan does not split) with its combine kernel, and the no-split path (num_split = 1).
+Identical plans are planned once.
 """
 
 from dataclasses import dataclass
@@ -51,12 +52,23 @@ def parse_target(target: str) -> tuple:
     return kind, t.get("arch") or t.get("mcpu")
 
 
+def config_that_runs(config, shape, arch: str):
+    """A family config (mla_decode.CONFIGS) runs, per shape, the committed table's config
+    (kernels/tuned/<arch>.yaml), so a PR that edits a table is built too; any other as given."""
+    from mlagate.kernels import mla_decode, tuned
+
+    if mla_decode.CONFIGS.get(config.name) == config:
+        return tuned.tuned_config(config.name, shape, arch)
+    return config
+
+
 def plan_jobs(target: str, configs, shapes) -> list:
     """The split and the no-split program of every (config, shape), each plan once."""
     _, arch = parse_target(target)
     jobs, seen = [], set()
-    for config in configs:
+    for family_config in configs:
         for shape in shapes:
+            config = config_that_runs(family_config, shape, arch)
             auto = Job(target, arch, config, shape, False)
             splits = auto.plan().num_split > 1
             split = auto if splits else Job(target, arch, config.with_(num_split=FORCED_SPLIT), shape, True)

@@ -8,12 +8,12 @@ cannot run here raises :class:`Unavailable` with the reason.
 """
 
 import importlib.util
+from functools import partial
 
 import torch
 
-from mlagate.kernels import mla_decode
-
-TILELANG_PREFIX = "tilelang-"
+from mlagate.kernels import mla_decode, tuned
+from mlagate.kernels.tuned import TILELANG_PREFIX
 
 
 class Unavailable(Exception):
@@ -32,19 +32,21 @@ def _require_arch(impl: str, device, *, prefixes):
     return arch
 
 
-def _tilelang(config_name):
-    def prepare(q, q_pe, kv, k_pe, device):
-        config = mla_decode.CONFIGS[config_name]
-        impl = TILELANG_PREFIX + config_name
-        if config_name == "hopper":  # wgmma/TMA and 228 KB of shared memory per block
-            _require_arch(impl, device, prefixes=("sm_9", "sm_10"))
-        shape = mla_decode.check_inputs(q, q_pe, kv, k_pe)
-        kernel = mla_decode.compiled(shape, config, device)
-        out = torch.empty_like(q)
-        lse = torch.empty(shape.batch, shape.heads, device=device, dtype=torch.float32)
-        return lambda: kernel(q, q_pe, kv, k_pe, out, lse)[0]
+def tilelang_config(impl: str, shape, arch: str):
+    """The tile config a TileLang implementation runs on ``shape``: a candidate's own
+    (tilelang-hopper@N64...), or for a family (tilelang-hopper) the committed table's."""
+    return tuned.parse_candidate(impl) or tuned.tuned_config(impl.removeprefix(TILELANG_PREFIX), shape, arch)
 
-    return prepare
+
+def _tilelang(impl, q, q_pe, kv, k_pe, device):
+    shape = mla_decode.check_inputs(q, q_pe, kv, k_pe)
+    config = tilelang_config(impl, shape, mla_decode.device_arch(device))
+    if config.name == "hopper":  # wgmma/TMA and 228 KB of shared memory per block
+        _require_arch(impl, device, prefixes=("sm_9", "sm_10"))
+    kernel = mla_decode.compiled(shape, config, device)
+    out = torch.empty_like(q)
+    lse = torch.empty(shape.batch, shape.heads, device=device, dtype=torch.float32)
+    return lambda: kernel(q, q_pe, kv, k_pe, out, lse)[0]
 
 
 def _triton(q, q_pe, kv, k_pe, device):
@@ -139,8 +141,8 @@ def _torch(q, q_pe, kv, k_pe, device):
 
 
 PREPARE = {
-    "tilelang-hopper": _tilelang("hopper"),
-    "tilelang-cdna3": _tilelang("cdna3"),
+    "tilelang-hopper": partial(_tilelang, "tilelang-hopper"),
+    "tilelang-cdna3": partial(_tilelang, "tilelang-cdna3"),
     "flash_mla": _flash_mla,
     "flashinfer": _flashinfer,
     "aiter": _aiter,
@@ -151,6 +153,8 @@ PREPARE = {
 
 def prepare(impl: str, inputs, device):
     """A zero-argument launch of ``impl`` on ``inputs``; raises Unavailable."""
+    if tuned.parse_candidate(impl):  # a config `mlagate tune` times: tilelang-<family>@<config>
+        return _tilelang(impl, *inputs, device)
     if impl not in PREPARE:
         raise ValueError(f"unknown implementation {impl!r}; known: {', '.join(PREPARE)}")
     return PREPARE[impl](*inputs, device)

@@ -1,0 +1,275 @@
+"""Tuned tile configs per GPU architecture: the committed tables kernels/tuned/<arch>.yaml.
+
+A table lists, per config family (mla_decode.CONFIGS) and shape, the tile config that
+`mlagate tune` measured fastest there, with how it was measured. A shape it does not
+list runs the family default. A candidate config has an implementation name of its own,
+``tilelang-hopper@N64.H64.split0.t256.stages2.FullCol``, so the measuring worker can
+time it like any implementation.
+
+File format (a change to it is a change to the kernels, gated like code)::
+
+    version: 1
+    families:
+      hopper:
+        - shape: {batch: 64, seqlen: 4096, heads: 16, dtype: float16}
+          config: {block_N: 64, block_H: 64, num_split: 2, threads: 256, num_stages: 2, policy: FullCol}
+          measured: {tflops: 123.4, default_tflops: 110.2, date: '2026-11-30', gpu: NVIDIA H200, ...}
+"""
+
+import dataclasses
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from mlagate.config_reader import UniqueKeyLoader
+from mlagate.hardware import arch_key
+from mlagate.kernels import mla_decode
+
+TILELANG_PREFIX = "tilelang-"
+VERSION = 1
+TABLE_DIR = Path(__file__).parent / "tuned"
+# The TileConfig fields a tune varies; name and operands_in_shared belong to the family.
+TUNABLE = ("block_N", "block_H", "num_split", "threads", "num_stages", "policy")
+# How a candidate's name spells each tunable field, in TUNABLE's order: N64.H64.split0.t256.stages2.FullCol
+NAME_TAGS = dict(zip(TUNABLE, ("N", "H", "split", "t", "stages", "")))
+UNTUNABLE = tuple(f.name for f in dataclasses.fields(mla_decode.TileConfig) if f.name not in TUNABLE)
+SHAPE_FIELDS = {"batch": int, "seqlen": int, "heads": int, "dtype": str}
+ENTRY_KEYS = ("shape", "config", "measured")
+HEADER = ("# Tuned tile configs for {arch} (written by `mlagate tune`; a PR that changes it is gated like code).\n"
+          "# A shape not listed runs its family's default config (CONFIGS in kernels/mla_decode.py).\n")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One shape's tuned config and how it was measured (tflops, date, gpu, command, ...)."""
+
+    shape: mla_decode.Shape
+    config: mla_decode.TileConfig
+    measured: dict
+
+
+class _Malformed(Exception):
+    """A problem at one key of a table (the caller adds the file)."""
+
+    def __init__(self, where: str, problem: str):
+        super().__init__(f"{where}: {problem}" if where else problem)
+
+
+def table_path(arch: str) -> Path:
+    """One table per base architecture: sm_90a and sm_90 read sm_90.yaml, gfx942:xnack- gfx942.yaml."""
+    return TABLE_DIR / f"{arch_key(arch)}.yaml"
+
+
+def shape_key(shape) -> tuple:
+    return tuple(getattr(shape, name) for name in SHAPE_FIELDS)
+
+
+def _family(name) -> mla_decode.TileConfig:
+    if name not in mla_decode.CONFIGS:
+        raise ValueError(f"unknown family {name!r}; known: {', '.join(mla_decode.CONFIGS)}")
+    return mla_decode.CONFIGS[name]
+
+
+def _check_family(config: mla_decode.TileConfig, family: str) -> None:
+    default = _family(family)
+    if any(getattr(config, name) != getattr(default, name) for name in UNTUNABLE):
+        raise ValueError(f"{config}: not a config of family {family} (its {' or '.join(UNTUNABLE)} differ)")
+
+
+def _keys(raw, where: str, expected) -> dict:
+    """``raw`` as a mapping with exactly the keys ``expected``."""
+    if not isinstance(raw, dict):
+        raise _Malformed(where, f"must be a mapping with {', '.join(expected)}, got {raw!r}")
+    for key in raw:
+        if key not in expected:
+            raise _Malformed(f"{where}.{key}", f"unknown key; expected {', '.join(expected)}")
+    for key in expected:
+        if key not in raw:
+            raise _Malformed(f"{where}.{key}", "missing")
+    return raw
+
+
+def _fields(raw, where: str, types: dict) -> dict:
+    """``raw`` as a mapping with exactly the keys of ``types``, each value of its type."""
+    for key, kind in types.items():
+        if type(_keys(raw, where, types)[key]) is not kind:  # type(): YAML's true is no block size
+            raise _Malformed(f"{where}.{key}", f"must be {kind.__name__}, got {raw[key]!r}")
+    return raw
+
+
+def _shape(raw, where: str) -> mla_decode.Shape:
+    shape = mla_decode.Shape(**_fields(raw, where, SHAPE_FIELDS))
+    try:
+        shape.check()
+    except ValueError as e:
+        raise _Malformed(where, str(e)) from None
+    return shape
+
+
+def _config(raw, where: str, family: mla_decode.TileConfig) -> mla_decode.TileConfig:
+    for key in raw if isinstance(raw, dict) else ():
+        if key in UNTUNABLE:
+            raise _Malformed(f"{where}.{key}", f"not tunable (the family sets it); tunable: {', '.join(TUNABLE)}")
+    values = _fields(raw, where, {name: type(getattr(family, name)) for name in TUNABLE})
+    for name, value in values.items():  # one field at a time, so the error names its key
+        try:
+            family.with_(**{name: value}).check()
+        except ValueError as e:
+            raise _Malformed(f"{where}.{name}", str(e)) from None
+    return family.with_(**values)
+
+
+def _entries(raw, where: str, family: mla_decode.TileConfig, arch: str) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise _Malformed(where, f"must be a list of entries, got {raw!r}")
+    entries, first = {}, {}
+    for i, item in enumerate(raw):
+        at = f"{where}[{i}]"
+        _keys(item, at, ENTRY_KEYS)
+        shape, config = _shape(item["shape"], f"{at}.shape"), _config(item["config"], f"{at}.config", family)
+        try:
+            mla_decode.plan(shape, config, arch)  # e.g. heads not a multiple of block_H
+        except ValueError as e:
+            raise _Malformed(at, str(e)) from None
+        if not isinstance(item["measured"], dict):
+            raise _Malformed(f"{at}.measured", f"must be a mapping, got {item['measured']!r}")
+        key = shape_key(shape)
+        if key in entries:
+            raise _Malformed(f"{at}.shape", f"duplicate of {first[key]}.shape")
+        entries[key], first[key] = Entry(shape, config, item["measured"]), at
+    return entries
+
+
+def _parse(text: str, arch: str) -> dict:
+    data = yaml.load(text, Loader=UniqueKeyLoader)
+    if not isinstance(data, dict):
+        raise _Malformed("", f"must be a mapping with version and families, got {data!r}")
+    for key in data:
+        if key not in ("version", "families"):
+            raise _Malformed(key, "unknown key; expected version, families")
+    if data.get("version") != VERSION:
+        raise _Malformed("version", f"must be {VERSION}, got {data.get('version')!r}")
+    families = data.get("families")
+    if not isinstance(families, dict):
+        raise _Malformed("families", f"must be a mapping of family to entries, got {families!r}")
+    table = {}
+    for name, raw in families.items():
+        try:
+            family = _family(name)
+        except ValueError as e:
+            raise _Malformed(f"families.{name}", str(e)) from None
+        table[name] = _entries(raw, f"families.{name}", family, arch)
+    return table
+
+
+_loaded: dict = {}  # (path, arch, text) -> table: reading the small file is cheap, parsing less so
+
+
+def load_table(arch: str, path=None) -> dict:
+    """{family: {shape_key: Entry}} from ``path`` (default: the arch's committed table);
+    {} when there is no file. A malformed file raises ValueError naming the file and the key."""
+    path = Path(path) if path else table_path(arch)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    key = (str(path), arch_key(arch), text)
+    if key not in _loaded:
+        try:
+            _loaded[key] = _parse(text, arch)
+        except yaml.YAMLError as e:
+            raise ValueError(f"{path}: not YAML: {e}") from None
+        except (_Malformed, ValueError) as e:  # ValueError: UniqueKeyLoader's duplicate key
+            raise ValueError(f"{path}: {e}") from None
+    return {family: dict(entries) for family, entries in _loaded[key].items()}  # the cache stays as read
+
+
+def tuned_config(family: str, shape, arch: str) -> mla_decode.TileConfig:
+    """The table's config for ``shape`` on ``arch``, else the family default."""
+    default = _family(family)
+    entry = load_table(arch).get(family, {}).get(shape_key(shape))
+    return entry.config if entry else default
+
+
+class _Dumper(yaml.SafeDumper):
+    def increase_indent(self, flow=False, indentless=False):  # indent list items under their key
+        return super().increase_indent(flow, False)
+
+
+def _entry_yaml(entry: Entry, family: str) -> dict:
+    _check_family(entry.config, family)
+    return {"shape": {name: getattr(entry.shape, name) for name in SHAPE_FIELDS},
+            "config": {name: getattr(entry.config, name) for name in TUNABLE},
+            "measured": dict(entry.measured)}
+
+
+def write_table(arch: str, family: str, entries, path=None) -> Path:
+    """Replace ``family``'s entries in the table (other families kept), sorted by shape, atomically.
+    The text is parsed back before it replaces the file, so a table that would not load is never written."""
+    path = Path(path) if path else table_path(arch)
+    tables = {name: list(rows.values()) for name, rows in load_table(arch, path).items()}
+    tables[family] = sorted(entries, key=lambda e: shape_key(e.shape))
+    families = {name: [_entry_yaml(e, name) for e in tables[name]] for name in sorted(tables)}
+    try:
+        text = HEADER.format(arch=arch_key(arch)) + yaml.dump(
+            {"version": VERSION, "families": families}, Dumper=_Dumper, sort_keys=False, default_flow_style=None,
+            width=1 << 16, allow_unicode=True)
+        _parse(text, arch)
+    except (_Malformed, ValueError, yaml.YAMLError) as e:  # YAMLError: a measured value YAML cannot hold
+        raise ValueError(f"{path}: not written: {e}") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def candidate_impl(config: mla_decode.TileConfig) -> str:
+    """The implementation name of one candidate config of its family."""
+    config.check()
+    _check_family(config, config.name)  # the name carries only the tunable fields
+    spec = ".".join(f"{tag}{getattr(config, name)}" for name, tag in NAME_TAGS.items())
+    return f"{TILELANG_PREFIX}{config.name}@{spec}"
+
+
+# One spelling per value (no leading zeros, no signs), so a name and its config map one to one.
+_VALUE = {int: re.compile(r"0|[1-9][0-9]*"), str: re.compile(r"[A-Za-z]+")}
+
+
+def parse_candidate(impl: str) -> mla_decode.TileConfig | None:
+    """The config a candidate name stands for; None for a plain name such as 'tilelang-hopper'."""
+    if "@" not in impl:
+        return None
+    form = f"{TILELANG_PREFIX}<family>@" + ".".join(f"{tag}<{name}>" for name, tag in NAME_TAGS.items())
+    family_name, _, spec = impl.removeprefix(TILELANG_PREFIX).partition("@")
+    parts = spec.split(".")
+    if not impl.startswith(TILELANG_PREFIX) or len(parts) != len(NAME_TAGS):
+        raise ValueError(f"implementation {impl!r}: a candidate name reads {form}")
+    try:
+        family = _family(family_name)
+    except ValueError as e:
+        raise ValueError(f"implementation {impl!r}: {e}") from None
+    values = {}
+    for (name, tag), part in zip(NAME_TAGS.items(), parts):
+        kind = type(getattr(family, name))
+        text = part.removeprefix(tag)
+        if not part.startswith(tag) or not _VALUE[kind].fullmatch(text):
+            raise ValueError(f"implementation {impl!r}: {part!r} is not {tag}<{name}>; a candidate name reads {form}")
+        values[name] = kind(text)
+    config = family.with_(**values)
+    try:
+        config.check()
+    except ValueError as e:
+        raise ValueError(f"implementation {impl!r}: {e}") from None
+    return config
