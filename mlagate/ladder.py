@@ -126,12 +126,11 @@ def calibrate(cfg: Config, p: Plan, echo) -> dict:
     from mlagate.measure import environment, interleaved
 
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{p.base[:8]}-{os.getpid()}"
-    module = interleaved.kernel_module_at(gitops.REPO, p.base)
     device = environment.device()
     per_case = {}
     for case in p.cases:
         echo(f"calibrating the spin on {case.label()} ({CALIBRATION_ROUNDS} alternated rounds)")
-        launch = _kernel_launch(module, case, device)
+        launch = _kernel_launch(p.base, case, device)
         per_case[case.label()] = calibrate_case(cfg, launch, p.steps, device, interleaved.alternate)
         del launch
         _free_memory()
@@ -173,12 +172,12 @@ def _spun(launch, cycles: int):
     return launch_then_spin
 
 
-def _kernel_launch(module, case: Case, device):
+def _kernel_launch(commit: str, case: Case, device):
     """The base kernel's checked launch on the case's inputs (the re-measure's own)."""
     from mlagate.measure import interleaved
     from mlagate.measure.harness import Inputs
 
-    return interleaved._launch(module, case, Inputs(case, device))
+    return interleaved.launch_at(gitops.REPO, commit, case, Inputs(case, device))
 
 
 def _free_memory():

@@ -302,10 +302,9 @@ def gpu(repo, clock, monkeypatch):
     monkeypatch.setattr(record, "record", fake_record)
     monkeypatch.setattr(results, "Store", Store)
     monkeypatch.setattr(gate, "run_gate", fake_gate)
-    monkeypatch.setattr(interleaved, "kernel_module_at", lambda repo, commit: SimpleNamespace(commit=commit))
     monkeypatch.setattr(interleaved, "alternate", fake_alternate(clock, seen.alternates))
     monkeypatch.setattr(pipeline, "_kernel_launch",
-                        lambda module, case, device: lambda: clock.spent.append(TIME[case.key]))
+                        lambda commit, case, device: lambda: clock.spent.append(TIME[case.key]))
     return seen
 
 

@@ -1,6 +1,6 @@
 """Re-measure flagged cases with base and head interleaved in one process.
 
-Both commits' kernel files are loaded side by side (``git show``, then imported
+Both commits' kernel files (and tuned tables) are loaded side by side (``git show``, then imported
 under distinct names) and timed in alternating rounds (A B, B A, ...) on the
 same GPU, with the same inputs, through the record's own timing function (the
 ``confirm`` budget per side and round). Run-to-run effects (clocks, another tenant, a
@@ -18,6 +18,7 @@ from mlagate.case import Case
 
 from mlagate.config import Timing
 from mlagate.measure.harness import Inputs, check_output
+from mlagate.kernels import mla_decode, tuned
 from mlagate.measure.impls import TILELANG_PREFIX
 from mlagate.measure.environment import device as gpu
 from mlagate.measure.timer import time_gpu
@@ -48,11 +49,32 @@ def kernel_module_at(repo, commit):
     return module
 
 
-def _launch(module, case: Case, inputs: Inputs):
-    config_name = case.impl[len(TILELANG_PREFIX):]
-    shape = module.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
-    kernel = module.compiled(shape, module.CONFIGS[config_name])
+def config_at(repo, commit, module, family: str, shape, arch: str):
+    """The tile config ``commit`` runs ``family`` with on ``shape``: its tuned table's entry (read with
+    today's parser, rebuilt on that commit's own TileConfig), else its family default."""
+    default = module.CONFIGS[family]
+    path = f"kernels/tuned/{tuned.table_path(arch).name}"
+    try:
+        text = git("show", f"{commit}:{path}", repo=repo, strip=False)
+    except GitError:
+        return default  # no table at that commit: every shape ran the default
+    with tempfile.TemporaryDirectory(prefix="mlagate-confirm-") as tmp:
+        (Path(tmp) / "table.yaml").write_text(text)
+        try:
+            table = tuned.load_table(arch, Path(tmp) / "table.yaml")
+        except ValueError as e:
+            raise ConfirmError(f"{path} at {commit[:12]}: {e}") from None
+    entry = table.get(family, {}).get(tuned.shape_key(shape))
+    return default.with_(**{f: getattr(entry.config, f) for f in tuned.TUNABLE}) if entry else default
+
+
+def launch_at(repo, commit, case: Case, inputs: Inputs):
+    """The checked launch of ``case``'s TileLang kernel as ``commit`` has it: kernel file and tuned table."""
+    module = kernel_module_at(repo, commit)
     q, q_pe, kv, k_pe = inputs.tensors
+    shape = module.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
+    config = config_at(repo, commit, module, case.impl[len(TILELANG_PREFIX):], shape, mla_decode.device_arch(q.device))
+    kernel = module.compiled(shape, config)
     out, lse = torch.empty_like(q), torch.empty(case.batch, case.heads, device=q.device, dtype=torch.float32)
 
     def launch():
@@ -77,14 +99,14 @@ def alternate(launches: dict, timing: Timing, rounds: int, budget: str = "confir
 
 def interleaved(cases, repo, base_commit, head_commit, timing: Timing, rounds: int) -> dict:
     """{case key: (base samples, head samples)} in seconds, for TileLang cases."""
-    base_mod, head_mod = kernel_module_at(repo, base_commit), kernel_module_at(repo, head_commit)
     device = gpu()
     results = {}
     for case in cases:
         if not case.impl.startswith(TILELANG_PREFIX):
             raise ConfirmError(f"{case.label()}: only TileLang kernels change between commits")
         inputs = Inputs(case, device)
-        sides = alternate({"base": _launch(base_mod, case, inputs), "head": _launch(head_mod, case, inputs)},
+        sides = alternate({"base": launch_at(repo, base_commit, case, inputs),
+                           "head": launch_at(repo, head_commit, case, inputs)},
                           timing, rounds, device=device)
         results[case.key] = (sides["base"], sides["head"])
         del inputs
