@@ -74,8 +74,10 @@ def test_time_gpu_times_a_kernel_of_known_length():
     short, long = time_gpu(sleeper(SLEEP_CYCLES), TIMING, SHORT), time_gpu(sleeper(4 * SLEEP_CYCLES), TIMING, SHORT)
     assert min(short.times_ms) > FLOOR_MS, sorted(short.times_ms)[:5]
     assert max(short.times_ms) < 100 * FLOOR_MS, sorted(short.times_ms)[-5:]  # milliseconds, not microseconds
-    ratio = np.median(long.times_ms) / np.median(short.times_ms)
-    assert 3 < ratio < 5, ratio  # four times the cycles, about four times the time
+    # Four times the cycles, about four times the time. The fastest call of each: under pytest -n,
+    # other tests' kernels share the GPU by time slices and add to some calls, never subtract.
+    ratio = min(long.times_ms) / min(short.times_ms)
+    assert 3 < ratio < 6, ratio
 
 
 
