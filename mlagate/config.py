@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from mlagate import config_tune
 from mlagate.case import Case
 from mlagate.config_reader import ConfigError, KeyReader, UniqueKeyLoader, open_section_keys
 from mlagate.hardware import arch_key
@@ -19,6 +20,8 @@ DTYPES = ("float16", "bfloat16")
 # Query heads per GPU: DeepSeek's 128 under tensor parallelism 8, 4, 2 and 1.
 HEADS = (16, 32, 64, 128)
 KNOWN_IMPLS = ("tilelang-hopper", "tilelang-cdna3", "flash_mla", "flashinfer", "aiter", "triton", "torch")
+# The TileLang config families (kernels/mla_decode.py CONFIGS), by their implementations' names.
+TILELANG_FAMILIES = tuple(i.removeprefix("tilelang-") for i in KNOWN_IMPLS if i.startswith("tilelang-"))
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ class Config:
     timing: Timing
     roofline: dict  # arch -> Peak
     gate: Gate
+    tune: dict  # family -> config_tune.TuneSpace: what `mlagate tune` measures
     digest: str  # sha256 of the validated content, stored with every record
 
     def platform(self, name: str) -> Platform:
@@ -120,7 +124,8 @@ class Config:
     def budget_for(self, impl: str, platform: str) -> str:
         """The gated kernels and the vendor kernel their ratios divide by are measured with the
         record budget; the ungated baselines more cheaply."""
-        return "record" if impl in self.gate.gated or impl == self.platform(platform).vendor else "baseline"
+        family = impl.partition("@")[0]  # a tune candidate (kernels/tuned.py) is measured as its family is
+        return "record" if family in self.gate.gated or impl == self.platform(platform).vendor else "baseline"
 
     def peaks(self, arch: str | None):
         """The roofline peaks of an arch ("sm_90a" reads sm_90's), or None."""
@@ -134,7 +139,7 @@ def parse(data) -> Config:
         if not isinstance(k, str):
             raise ConfigError(f"{k}: unknown key (keys are names, got {type(k).__name__})")
     top = KeyReader(data)
-    top_keys = ("grid", "implementations", "platforms", "timing", "roofline", "gate")
+    top_keys = ("grid", "implementations", "platforms", "timing", "roofline", "gate", "tune")
     unknown = sorted(set(data) - set(top_keys))
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown key (allowed: {', '.join(top_keys)})")
@@ -218,8 +223,9 @@ def parse(data) -> Config:
     if gate.screen > gate.threshold:
         raise ConfigError(f"gate.latency.screen: must be <= gate.latency.threshold ({gate.threshold}), "
                           f"got {gate.screen}")
+    tune = config_tune.parse(top, TILELANG_FAMILIES, gate.shared_memory_limit)
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-    return Config(grid, impls, platforms, timing, roofline, gate, digest)
+    return Config(grid, impls, platforms, timing, roofline, gate, tune, digest)
 
 
 def load(path=None) -> Config:

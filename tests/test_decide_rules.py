@@ -648,7 +648,7 @@ def test_screen_may_equal_threshold():
     ("grid", None, r"^grid: must be a mapping, got NoneType$"),
     ("gate__latency__treshold", 0.1, r"^gate.latency.treshold: unknown key \(allowed: threshold, screen, alpha, "
                                      r"min_samples\)$"),
-    ("extra", 1, r"^extra: unknown key \(allowed: grid, implementations, platforms, timing, roofline, gate\)$"),
+    ("extra", 1, r"^extra: unknown key \(allowed: grid, implementations, platforms, timing, roofline, gate, tune\)$"),
     ("timing__cold_l2", "yes", r"^timing.cold_l2: must be bool, got 'yes'$"),
     ("gate__latency__min_samples", True, r"^gate.latency.min_samples: must be int, got True$"),
 ])

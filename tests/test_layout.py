@@ -10,13 +10,14 @@ PACKAGE = ROOT / "mlagate"
 MAX_LINES = 300
 # The flow, lowest first: a module may import its own layer and the ones before it, never a later one.
 LAYERS = (
-    {"mlagate.case", "mlagate.hardware", "mlagate.exits", "mlagate.config", "mlagate.config_reader", "mlagate.gitops", "mlagate.kernels"},
+    {"mlagate.case", "mlagate.hardware", "mlagate.exits", "mlagate.config", "mlagate.config_reader", "mlagate.config_tune",
+     "mlagate.gitops", "mlagate.kernels"},
     {"mlagate.measure"},
     {"mlagate.store"},
     {"mlagate.decide"},
     {"mlagate.build"},
     {"mlagate.report"},
-    {"mlagate.gate", "mlagate.bisect", "mlagate.ladder", "mlagate.gpu_check"},
+    {"mlagate.gate", "mlagate.bisect", "mlagate.ladder", "mlagate.gpu_check", "mlagate.tune"},
     {"mlagate.cli"},
 )
 

@@ -746,7 +746,8 @@ def test_cleanup_steps_run_always(workflows):
     # The rule sees the cleanup steps it is about.
     names = [s.get("name") for _, _, _, j in jobs(workflows) for i, s in enumerate(steps(j))
              if i and CLEANUP.search(s.get("run", ""))]
-    assert names.count("Give the workspace back to the runner user") == 3  # perf-pr's gate, perf-main's shard, record
+    # perf-pr's gate, perf-main's shard and record, tune's tune
+    assert names.count("Give the workspace back to the runner user") == 4
 
 
 def test_cleanup_rule_catches_not_cancelled(workflows):
@@ -798,3 +799,29 @@ def test_artifact_rule_catches_a_download_from_another_run(workflows):
         step = find_step(bad["perf-main.yml"]["jobs"]["culprit"], r"gh run download")
         step["run"] = step["run"].replace('gh run download "$GITHUB_RUN_ID"', f"gh run download {run}")
         assert any("another run" in v for v in artifact_violations(bad)), run
+
+
+# The weekly re-tune (tune.yml): trusted, on main's GPU runner, under the rules above.
+
+def test_the_tune_workflow_is_trusted_and_runs_on_mains_runner(workflows, compose):
+    tune = workflows["tune.yml"]
+    assert set(triggers(tune)) == {"schedule", "workflow_dispatch"} and is_trusted(tune)
+    job = tune["jobs"]["tune"]
+    assert job["runs-on"] == workflows["perf-main.yml"]["jobs"]["record"]["runs-on"]
+    assert not holds_contents_write(tune, job)
+    assert "mlagate tune --check" in find_step(job, r"mlagate tune")["run"]
+    reads = docker_resources(tune, job, compose)[1]
+    assert {"image mlagate-rocm:trusted", "volume mlagate_trusted_tilelang-cache"} <= set(reads)
+
+
+def test_the_rules_catch_a_tune_workflow_opened_to_pull_requests(workflows, compose):
+    # The insecure versions: tune.yml on pull_request keeps the trusted scope (a PR's code then writes the
+    # kernel cache main's records load) and never empties the workspace it leaves; or it forgets the scope.
+    bad = copy.deepcopy(workflows)
+    bad["tune.yml"].pop(True)  # YAML 1.1 reads the `on:` key as True
+    bad["tune.yml"]["on"] = {"pull_request": None}
+    assert any("tune.yml:tune writes" in v for v in cache_violations(bad, compose))
+    assert any("tune.yml:tune" in v and "end" in v for v in workspace_violations(bad))
+    bad = copy.deepcopy(workflows)
+    del bad["tune.yml"]["jobs"]["tune"]["env"]["MLAGATE_SCOPE"]
+    assert any("tune.yml:tune: uses" in v and "untrusted" in v for v in cache_violations(bad, compose))

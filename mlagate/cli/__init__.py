@@ -10,9 +10,9 @@ import traceback
 
 from mlagate import config as config_mod
 from mlagate import exits
-from mlagate.cli import bench, bisect, build, calibrate, demo, gate, gpus, ladder, record, report, results
+from mlagate.cli import bench, bisect, build, calibrate, demo, gate, gpus, ladder, record, report, results, tune
 
-COMMANDS = (bench, record, gate, results, report, build, calibrate, gpus, bisect, ladder, demo)
+COMMANDS = (bench, record, gate, results, report, build, calibrate, gpus, bisect, ladder, tune, demo)
 
 
 def main(argv=None) -> int:

@@ -9,7 +9,8 @@ from mlagate import exits
 def add_parser(sub):
     p = sub.add_parser("bench", help="measure the grid and print a table")
     p.add_argument("--grid", default="quick", choices=("quick", "full"))
-    p.add_argument("--impl", action="append", help="implementation (repeatable; default: all in perf.yml)")
+    p.add_argument("--impl", action="append", help="implementation (repeatable; default: all in perf.yml), or a "
+                   "tune candidate such as tilelang-hopper@N64.H64.split0.t256.stages2.FullCol")
     p.add_argument("--dtype", action="append", choices=config_mod.DTYPES,
                    help="dtype (repeatable; default: the platform's dtypes in perf.yml)")
     p.add_argument("--gpus", default=None, help="'all', N, or a list like 0,2: one worker per GPU")
@@ -31,8 +32,9 @@ def run(args, cfg) -> int:
                          "(on a CPU machine, `mlagate build --codegen-only` checks the kernels)")
     impls = args.impl or list(cfg.implementations)
     for name in impls:
-        if name not in cfg.implementations:
-            raise config_mod.ConfigError(f"--impl {name}: not in implementations ({', '.join(cfg.implementations)})")
+        if name not in cfg.implementations and not _candidate(name):
+            raise config_mod.ConfigError(f"--impl {name}: not in implementations ({', '.join(cfg.implementations)}) "
+                                         "nor a tune candidate (tilelang-<family>@..., as `mlagate tune` names them)")
     platform = environment.platform()
     cases = cfg.cases(args.grid, impls, platform, args.dtype)
     gpus = grid.parse_gpus(args.gpus)
@@ -60,6 +62,13 @@ def run(args, cfg) -> int:
         grid.write_outputs(args.out, results, env)
         print(f"wrote {args.out} and {Path(args.out).with_suffix('.csv')}")
     return exits.FAILED_CASES if any(r.status == RunStatus.FAILED for r in results) else exits.OK
+
+
+def _candidate(name: str) -> bool:
+    """A tune candidate's name (one config of a TileLang family); a malformed one raises, naming it."""
+    from mlagate.kernels import tuned
+
+    return tuned.parse_candidate(name) is not None
 
 
 def _console():
