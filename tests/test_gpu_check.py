@@ -173,3 +173,40 @@ def test_the_records_measurement_gets_its_gpus_deadline_and_budgets(monkeypatch,
     record_first = [b for b in seen["budgets"] if b == "record"]
     assert seen["budgets"][:len(record_first)] == record_first and "baseline" in seen["budgets"]
     assert json.loads((tmp_path / "cases.json").read_text()) == {"results": []}
+
+
+# -- on a host with two or more GPUs ------------------------------------------------------------
+
+def _gpu_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+several = pytest.mark.skipif(_gpu_count() < 2, reason="needs two or more GPUs on one host")
+
+
+@pytest.mark.gpu
+@several
+def test_the_consistency_check_reads_every_gpu_of_the_host():
+    check = gpu_check.check_gpus(config.load(), "all", echo=lambda *_: None)
+    readings = check["gpus"]
+    assert [r["gpu"] for r in readings] == list(range(_gpu_count()))
+    assert len({r["uuid"] for r in readings}) == len(readings) and all(r["uuid"] for r in readings)
+    assert all(r["median_s"] > 0 for r in readings)
+
+
+@pytest.mark.gpu
+@several
+def test_a_grid_point_is_measured_on_one_gpu_with_all_its_implementations():
+    cfg = config.load()
+    cases = cfg.cases("quick", ["tilelang-hopper", "flash_mla"], "cuda")
+    results = grid.run_cases(cases, cfg.timing, gpus=[0, 1])
+    assert all(r.status == RunStatus.OK for r in results), [r.reason for r in results]
+    by_point = collections.defaultdict(set)
+    for r in results:
+        by_point[shards.point(r.case)].add((r.gpu, r.samples.uuid))
+    assert all(len(where) == 1 for where in by_point.values()), by_point
+    assert {gpu for where in by_point.values() for gpu, _ in where} == {0, 1}  # the quick grid's 2 points, dealt
