@@ -73,10 +73,11 @@ def test_time_gpu_times_a_kernel_of_known_length():
     short, long = time_gpu(sleeper(SLEEP_CYCLES), TIMING, SHORT), time_gpu(sleeper(4 * SLEEP_CYCLES), TIMING, SHORT)
     assert min(short.times_ms) > FLOOR_MS, sorted(short.times_ms)[:5]
     assert max(short.times_ms) < 100 * FLOOR_MS, sorted(short.times_ms)[-5:]  # milliseconds, not microseconds
-    # Four times the cycles, about four times the time. The fastest call of each: under pytest -n,
-    # other tests' kernels share the GPU by time slices and add to some calls, never subtract.
+    # Four times the cycles, about four times the time; the fastest call of each. Under pytest -n other
+    # tests' kernels share the GPU in time slices, which only add time (on two H200s with -n 8 the long
+    # sleep's fastest call read 6.6x the short one's): a timer that misses the kernel reads about 1x.
     ratio = min(long.times_ms) / min(short.times_ms)
-    assert 3 < ratio < 6, ratio
+    assert 3 < ratio < 16, ratio
 
 
 
