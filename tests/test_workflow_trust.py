@@ -825,3 +825,33 @@ def test_the_rules_catch_a_tune_workflow_opened_to_pull_requests(workflows, comp
     bad = copy.deepcopy(workflows)
     del bad["tune.yml"]["jobs"]["tune"]["env"]["MLAGATE_SCOPE"]
     assert any("tune.yml:tune: uses" in v and "untrusted" in v for v in cache_violations(bad, compose))
+
+
+# -- a dispatched run is main's code: workflow_dispatch runs whatever ref it is given ---------------
+
+MAIN_ONLY = "github.ref == 'refs/heads/main'"
+
+
+def dispatch_violations(workflows):
+    """Self-hosted jobs of a workflow_dispatch workflow that run without the job, or a job it needs, being
+    limited to refs/heads/main (a dispatch on another branch would run unreviewed code as trusted)."""
+    out = []
+    for file, workflow, name, job in jobs(workflows):
+        if "workflow_dispatch" not in triggers(workflow) or not self_hosted(job):
+            continue
+        needs = job.get("needs") or []
+        chain = [job, *(workflow["jobs"][n] for n in ([needs] if isinstance(needs, str) else needs))]
+        if not any(MAIN_ONLY in str(j.get("if", "")) for j in chain):
+            out.append(f"{file}:{name}")
+    return out
+
+
+def test_dispatched_self_hosted_jobs_run_mains_code_only(workflows):
+    assert dispatch_violations(workflows) == []
+    assert any("workflow_dispatch" in triggers(w) for w in workflows.values())  # the rule has work to do
+
+
+def test_dispatch_rule_catches_a_job_without_the_ref_check(workflows):
+    broken = copy.deepcopy(workflows)
+    del broken["tune.yml"]["jobs"]["tune"]["if"]
+    assert dispatch_violations(broken) == ["tune.yml:tune"]
