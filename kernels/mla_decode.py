@@ -66,14 +66,23 @@ class TileConfig:
     operands_in_shared: bool
 
     def check(self) -> None:
-        for name in ("block_N", "block_H", "threads"):
+        """Refuse, naming the field, what no GPU could run, before anything is lowered or launched."""
+        # block_N and block_H: whole 16-row MMA/MFMA tiles. threads: whole warps of 32 (gfx942's 64-wide
+        # wavefronts are threads_for's business, not refused here).
+        for name, multiple in (("block_N", 16), ("block_H", 16), ("threads", 32)):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"config {self.name}: {name} must be an integer >= 1, got {value!r}")
+            if value % multiple:
+                raise ValueError(f"config {self.name}: {name} must be a multiple of {multiple}, got {value}")
         if not isinstance(self.num_split, int) or self.num_split < 0:
             raise ValueError(f"config {self.name}: num_split must be an integer >= 0 (0 = auto), got {self.num_split!r}")
-        if self.num_stages < 0:
-            raise ValueError(f"config {self.name}: num_stages must be >= 0, got {self.num_stages}")
+        if not isinstance(self.num_stages, int) or self.num_stages < 0:
+            raise ValueError(f"config {self.name}: num_stages must be >= 0, got {self.num_stages!r}")
+        # At most 4: each stage is one more K/V tile (block_N x 576 elements) in shared memory, and a decode
+        # loop of a few block_N steps per split has no latency left to hide past 2-3; more is surely a typo.
+        if self.num_stages > 4:
+            raise ValueError(f"config {self.name}: num_stages must be <= 4, got {self.num_stages}")
         if self.policy not in ("FullRow", "FullCol", "Square"):
             raise ValueError(f"config {self.name}: policy must be FullRow, FullCol or Square, got {self.policy!r}")
 
@@ -100,7 +109,8 @@ ARCH_CONFIG = {"gfx942": "cdna3", "sm_90": "hopper", "sm_90a": "hopper"}
 
 
 def config_for_arch(arch: str) -> TileConfig:
-    """The tuned config for a device architecture ('gfx942', 'sm_90', ...)."""
+    """The default config of a device architecture's family ('gfx942': cdna3, 'sm_90': hopper); the config a
+    shape runs may be that family's tuned one instead (kernels/tuned.py: tuned_config)."""
     base = arch.split(":")[0]
     if base not in ARCH_CONFIG:
         raise ValueError(f"no tuned config for architecture {arch!r}; known: {sorted(ARCH_CONFIG)} "

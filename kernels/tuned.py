@@ -19,7 +19,7 @@ File format (a change to it is a change to the kernels, gated like code)::
 import dataclasses
 import os
 import re
-import tempfile
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,7 +153,7 @@ def _parse(text: str, arch: str) -> dict:
     for key in data:
         if key not in ("version", "families"):
             raise _Malformed(key, "unknown key; expected version, families")
-    if data.get("version") != VERSION:
+    if type(data.get("version")) is not int or data["version"] != VERSION:  # type(): YAML's true == 1
         raise _Malformed("version", f"must be {VERSION}, got {data.get('version')!r}")
     families = data.get("families")
     if not isinstance(families, dict):
@@ -168,32 +168,68 @@ def _parse(text: str, arch: str) -> dict:
     return table
 
 
-_loaded: dict = {}  # (path, arch, text) -> table: reading the small file is cheap, parsing less so
+def parse_table(text: str, arch: str, source: str) -> dict:
+    """{family: {shape_key: Entry}} of a table's text, as load_table reads it from a file; for a caller that
+    holds the text (the gate's re-measure reads a commit's table with `git show`). A malformed table raises
+    ValueError "<source>: <key>: <problem>" (e.g. "kernels/tuned/sm_90.yaml at 1a2b3c: families.hopper[0]
+    .config.block_N: ..."), or "<source>: not YAML: ..."."""
+    return _copy(_parse_named(text, arch, source))
+
+
+def _parse_named(text: str, arch: str, source) -> dict:
+    try:
+        return _parse(text, arch)
+    except yaml.YAMLError as e:
+        raise ValueError(f"{source}: not YAML: {e}") from None
+    except (_Malformed, ValueError) as e:  # ValueError: UniqueKeyLoader's duplicate key
+        raise ValueError(f"{source}: {e}") from None
+
+
+def _copy(table: dict) -> dict:
+    return {family: dict(entries) for family, entries in table.items()}  # a caller's change stays its own
+
+
+# (path, arch) -> ((mtime_ns, size, inode), text, table): a table that did not change is neither read nor
+# parsed again (mla_decode() asks on every call); a few entries at most, whatever paths callers pass.
+_loaded: dict = {}
+_CACHED = 16
+
+
+def _table(arch: str, path: Path, must_exist: bool) -> dict:
+    """The table at ``path``, as cached: not to be changed. No file: {}, or ValueError if ``must_exist``."""
+    try:
+        stat = path.stat()
+        key, stamp = (str(path), arch_key(arch)), (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        if key in _loaded and _loaded[key][0] == stamp:
+            return _loaded[key][2]
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        if must_exist:
+            raise ValueError(f"{path}: no such table") from None
+        return {}
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e})") from None
+    except OSError as e:  # a folder, no permission
+        raise ValueError(f"{path}: not readable ({e})") from None
+    old = _loaded.pop(key, None)
+    table = old[2] if old and old[1] == text else _parse_named(text, arch, path)
+    while len(_loaded) >= _CACHED:
+        _loaded.pop(next(iter(_loaded)))  # the oldest
+    _loaded[key] = (stamp, text, table)
+    return table
 
 
 def load_table(arch: str, path=None) -> dict:
-    """{family: {shape_key: Entry}} from ``path`` (default: the arch's committed table);
-    {} when there is no file. A malformed file raises ValueError naming the file and the key."""
-    path = Path(path) if path else table_path(arch)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return {}
-    key = (str(path), arch_key(arch), text)
-    if key not in _loaded:
-        try:
-            _loaded[key] = _parse(text, arch)
-        except yaml.YAMLError as e:
-            raise ValueError(f"{path}: not YAML: {e}") from None
-        except (_Malformed, ValueError) as e:  # ValueError: UniqueKeyLoader's duplicate key
-            raise ValueError(f"{path}: {e}") from None
-    return {family: dict(entries) for family, entries in _loaded[key].items()}  # the cache stays as read
+    """{family: {shape_key: Entry}} from ``path``, which must exist, or the arch's committed table, {} when
+    there is none. A missing ``path``, or a malformed or non-UTF-8 file, raises ValueError naming the file
+    (and the key: parse_table)."""
+    return _copy(_table(arch, Path(path) if path else table_path(arch), must_exist=bool(path)))
 
 
 def tuned_config(family: str, shape, arch: str) -> mla_decode.TileConfig:
     """The table's config for ``shape`` on ``arch``, else the family default."""
     default = _family(family)
-    entry = load_table(arch).get(family, {}).get(shape_key(shape))
+    entry = _table(arch, table_path(arch), must_exist=False).get(family, {}).get(shape_key(shape))
     return entry.config if entry else default
 
 
@@ -213,7 +249,7 @@ def write_table(arch: str, family: str, entries, path=None) -> Path:
     """Replace ``family``'s entries in the table (other families kept), sorted by shape, atomically.
     The text is parsed back before it replaces the file, so a table that would not load is never written."""
     path = Path(path) if path else table_path(arch)
-    tables = {name: list(rows.values()) for name, rows in load_table(arch, path).items()}
+    tables = {name: list(rows.values()) for name, rows in _table(arch, path, must_exist=False).items()}
     tables[family] = sorted(entries, key=lambda e: shape_key(e.shape))
     families = {name: [_entry_yaml(e, name) for e in tables[name]] for name in sorted(tables)}
     try:
@@ -224,14 +260,26 @@ def write_table(arch: str, family: str, entries, path=None) -> Path:
     except (_Malformed, ValueError, yaml.YAMLError) as e:  # YAMLError: a measured value YAML cannot hold
         raise ValueError(f"{path}: not written: {e}") from None
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    # As mlagate.store.files.write_replace (which kernels/ may not import): 0o666 less the umask, as open()
+    # gives (mkstemp's 0600 would hide the table from other users), on disk before it replaces the table.
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the new name, durable
+    finally:
+        os.close(folder)
+    for key in [key for key in _loaded if key[0] == str(path)]:
+        del _loaded[key]  # the stamp would tell, but a freed inode may come back
     return path
 
 

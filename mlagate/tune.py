@@ -5,19 +5,21 @@ Per shape the candidates are the family default, the table's config and the spac
 launch the same kernel are measured once (mlagate.decide.tune). Each is lowered on the CPU first: one over
 gate.build.shared_memory_limit is skipped with its bytes, never launched; one that does not lower has failed.
 The rest are compiled in parallel and timed through the grid runner (budget "record", the output checked
-against the reference first), --jobs per GPU at a time. Each finished candidate is a JSON file under
---out/<arch>/<family>/<grid>/, written atomically: the same command run again (after a crash, or
---max-minutes) goes on where it stopped. Once all are done: tune.md, and the table or the drift check.
+against the reference first), --jobs per GPU at a time, all candidates of a shape on one GPU. Each finished
+candidate is a JSON file under --out/<arch>/<family>/<grid>/, written atomically: the same command run again
+(after a crash, or --max-minutes) goes on where it stopped, if tune.json (kernel, tilelang, GPU model, timing,
+shared-memory limit) still matches. Once all are done: tune.md, and the table or the drift check.
 """
 
 import hashlib
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from mlagate.case import Case, CaseResult, RunStatus
+from mlagate.case import CaseResult, RunStatus
 from mlagate.config import Config
 from mlagate.decide import tune as decide
 from mlagate.ladder import write_json
@@ -38,21 +40,6 @@ class Outcome(StrEnum):
     DONE = "done"
     DRIFT = "drift"  # --check: the committed table is beaten or broken at some shape
     INCOMPLETE = "incomplete"  # stopped at --max-minutes; the same command resumes
-
-
-@dataclass(frozen=True)
-class ShapePlan:
-    shape: object  # mla_decode.Shape
-    candidates: dict  # impl -> TileConfig to lower and measure, in candidate order
-    duplicates: dict  # impl -> the candidate that makes the same launch
-    refused: dict  # impl -> why the kernel cannot plan this shape (e.g. heads not a multiple of block_H)
-    default: str
-    committed: str  # the table's config for this shape, else the default
-
-    @property
-    def folder(self) -> str:
-        s = self.shape
-        return f"b{s.batch}-s{s.seqlen}-h{s.heads}-{s.dtype}"
 
 
 @dataclass(frozen=True)
@@ -92,40 +79,42 @@ def plan(cfg: Config, *, grid_name="quick", family=None, out="out/tune", jobs=1,
         raise ValueError(f"--max-minutes: must be > 0, got {max_minutes}")
     spec, default = cfg.tune[family], mla_decode.CONFIGS[family]
     space = spec.candidates(default)
-    committed = tuned.load_table(spec.arch, table).get(family, {})
+    gpus = grid.parse_gpus(gpus)
+    new_table = mode == Mode.WRITE and table and not Path(table).exists()  # --write-table creates it
+    committed = {} if new_table else tuned.load_table(spec.arch, table).get(family, {})
     kind = mla_decode.target_for(spec.arch)["kind"]  # cuda or hip
     batches, seqlens, heads = cfg.grid.sizes[grid_name]
-    shapes = tuple(_shape_plan(mla_decode.Shape(b, s, h, d), default, space, committed, spec.arch)
+    shapes = tuple(decide.shape_plan(mla_decode.Shape(b, s, h, d), default, space, committed, spec.arch)
                    for d in cfg.platform("rocm" if kind == "hip" else kind).dtypes
                    for h in heads for b in batches for s in seqlens)
     folder = Path(out) / spec.arch / family / grid_name
     kernel = Path(mla_decode.__file__).read_bytes()
-    identity = {"family": family, "arch": spec.arch, "grid": grid_name, "default": asdict(default),
-                "kernel_sha256": hashlib.sha256(kernel).hexdigest(), "tilelang": tilelang.__version__}
+    identity = json.loads(json.dumps({  # as tune.json reads back (tuples as lists)
+        "family": family, "arch": spec.arch, "grid": grid_name, "default": asdict(default),
+        "kernel_sha256": hashlib.sha256(kernel).hexdigest(), "tilelang": tilelang.__version__, "gpu": gpu_name(gpus),
+        "timing": asdict(cfg.timing), "shared_memory_limit": cfg.gate.shared_memory_limit[spec.arch]}))
     saved = folder / IDENTITY
-    if saved.exists() and json.loads(saved.read_text()) != identity:
-        raise ValueError(f"--out {out}: {saved} is a tune of another kernel, default or tilelang; give another "
-                         "--out, or remove that folder to start over")
+    if saved.exists():  # a resume: an earlier run's tune.json must match
+        try:
+            before = json.loads(saved.read_text())
+        except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
+            raise ValueError(f"--out {out}: {saved}: not readable ({e}); remove that folder to start over") from None
+        identity = decide.resumed_identity(before, identity, f"--out {out}: {saved}")
     flag = {Mode.REPORT: "", Mode.WRITE: " --write-table", Mode.CHECK: " --check"}[mode]
     return Plan(family, spec.arch, f"{kind}:{spec.arch}", grid_name, mode, folder, Path(table) if table else None, jobs,
-                grid.parse_gpus(gpus), max_minutes, f"mlagate tune --grid {grid_name} --config-family {family}{flag}",
-                identity, shapes)
+                gpus, max_minutes, f"mlagate tune --grid {grid_name} --config-family {family}{flag}", identity, shapes)
 
 
-def _shape_plan(shape, default, space, committed: dict, arch: str) -> ShapePlan:
-    from mlagate.kernels import mla_decode, tuned
+def gpu_name(gpus) -> str | None:
+    """The model of the GPUs measured on (tests stand in for it): torch's name of each of ``gpus`` (else of
+    the one visible); None without a GPU, where a run only lowers."""
+    from mlagate.store.record import gpu_available
 
-    entry = committed.get(tuned.shape_key(shape))
-    configs = {tuned.candidate_impl(c): c for c in [default, entry.config if entry else default, *space]}
-    plans, refused = {}, {}
-    for impl, config in configs.items():
-        try:
-            plans[impl] = mla_decode.plan(shape, config, arch)
-        except ValueError as e:
-            refused[impl] = f"cannot run this shape: {e}"
-    dups = decide.duplicates(plans)
-    return ShapePlan(shape, {i: configs[i] for i in plans if i not in dups}, dups, refused,
-                     tuned.candidate_impl(default), tuned.candidate_impl(entry.config if entry else default))
+    if not gpu_available():
+        return None
+    import torch
+
+    return ", ".join(sorted({torch.cuda.get_device_name(i) for i in gpus or [torch.cuda.current_device()]}))
 
 
 @dataclass(frozen=True)
@@ -160,7 +149,7 @@ def _candidates(p: Plan):
     return ((sp, impl) for sp in p.shapes for impl in sp.candidates)
 
 
-def _stage(done: dict, sp: ShapePlan, impl: str) -> str | None:
+def _stage(done: dict, sp: decide.ShapePlan, impl: str) -> str | None:
     """None (not lowered yet), "lowered" (passed the pre-filter, not measured) or "done"."""
     return done.get((sp.folder, impl), {}).get("stage")
 
@@ -176,13 +165,17 @@ def _read(p: Plan) -> dict:
     done = {}
     for path in sorted(p.folder.glob("*/*.json")):
         try:
-            done[path.parent.name, path.stem] = json.loads(path.read_text())
+            record = json.loads(path.read_text())
+            problem = decide.record_problem(record, path.stem)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not a candidate file ({e}); remove it to measure that candidate again") from None
+            problem = str(e)
+        if problem:
+            raise ValueError(f"{path}: not a candidate file ({problem}); remove it to measure that candidate again")
+        done[path.parent.name, path.stem] = record
     return done
 
 
-def _save(p: Plan, done: dict, sp: ShapePlan, impl: str, stage: str, smem=None, result=None) -> None:
+def _save(p: Plan, done: dict, sp: decide.ShapePlan, impl: str, stage: str, smem=None, result=None) -> None:
     record = {"candidate": impl, "config": asdict(sp.candidates[impl]), "stage": stage, "smem": smem,
               "result": result.to_dict() if result else None}
     write_json(p.folder / sp.folder / f"{impl}.json", record)
@@ -207,7 +200,7 @@ def _prefilter(cfg: Config, p: Plan, done: dict, deadline, echo) -> None:
             lowered = {"error": f"lowering crashed: {type(lowered).__name__}: {lowered}"}
         rows = report.kernel_rows(job, lowered, None, limit)
         errors = [r["error"] for r in rows if r.get("error")]
-        case = _case(sp, impl)
+        case = sp.case(impl)
         if errors:
             _save(p, done, sp, impl, "done", result=CaseResult(case, RunStatus.FAILED, errors[0]))
             continue
@@ -220,17 +213,13 @@ def _prefilter(cfg: Config, p: Plan, done: dict, deadline, echo) -> None:
             _save(p, done, sp, impl, "lowered", smem)
 
 
-def _case(sp: ShapePlan, impl: str) -> Case:
-    s = sp.shape
-    return Case(impl, s.batch, s.seqlen, s.dtype, s.heads)
-
-
 # -- measuring --------------------------------------------------------------------------------------
 
 def _measure_lowered(cfg: Config, p: Plan, lowered: list, done: dict, deadline, echo) -> None:
-    """Measure in rounds of --jobs candidates per GPU (one parallel compile each), none started after the
-    deadline; each result is saved as it arrives."""
-    by_key = {_case(sp, impl).key: (sp, impl) for sp, impl in lowered}
+    """Measure each GPU's queue in rounds of --jobs candidates (one parallel compile each), a thread per GPU;
+    none started after the deadline; each result is saved as it arrives. All of a shape's candidates go to one
+    GPU (two GPUs of a host read ~1% apart): its index in the grid modulo --gpus, the same on every resume."""
+    by_key = {sp.case(impl).key: (sp, impl) for sp, impl in lowered}
     peaks = cfg.peaks(p.arch)
 
     def save(result: CaseResult):
@@ -238,18 +227,31 @@ def _measure_lowered(cfg: Config, p: Plan, lowered: list, done: dict, deadline, 
         (measured,) = grid.add_metrics([result], peaks=peaks)
         _save(p, done, sp, impl, "done", done[sp.folder, impl]["smem"], measured)
 
-    per_round = p.jobs * max(1, len(p.gpus or ()))
-    for start in range(0, len(lowered), per_round):
-        if _past(deadline):
-            return
-        cases = [_case(sp, impl) for sp, impl in lowered[start:start + per_round]]
-        echo(f"measuring candidates {start + 1}-{start + len(cases)} of {len(lowered)}")
-        measure(cfg, p, cases, save, echo)
+    queues, on = {}, {gpu: f" on GPU {gpu}" for gpu in p.gpus or ()}
+    for sp, impl in lowered:
+        queues.setdefault(p.gpus[p.shapes.index(sp) % len(p.gpus)] if p.gpus else None, []).append(sp.case(impl))
+
+    def run(gpu, queue):
+        for start in range(0, len(queue), p.jobs):
+            if _past(deadline):
+                return
+            cases = queue[start:start + p.jobs]
+            echo(f"measuring candidates {start + 1}-{start + len(cases)} of {len(queue)}{on.get(gpu, '')}")
+            measure(cfg, p, cases, save, echo, gpu)
+
+    if len(queues) <= 1:  # one GPU: in this thread, so that Ctrl-C stops it at once
+        for gpu, queue in queues.items():
+            run(gpu, queue)
+        return
+    with ThreadPoolExecutor(len(queues)) as threads:
+        for running in [threads.submit(run, gpu, queue) for gpu, queue in queues.items()]:
+            running.result()  # a GPU's error (or a kill) is raised here, once the other GPUs are done
 
 
-def measure(cfg: Config, p: Plan, cases: list, on_result, echo) -> None:
-    """The step on the GPU (tests replace it): on a GPU of the family's arch, compile the cases' kernels in
-    --jobs processes, then time them through the grid runner (budget "record", correctness checked first)."""
+def measure(cfg: Config, p: Plan, cases: list, on_result, echo, gpu: int | None = None) -> None:
+    """The step on the GPU (tests replace it): on ``gpu`` (None: the one visible), of the family's arch,
+    compile the cases' kernels in --jobs processes, then time them through the grid runner (budget "record",
+    correctness checked first)."""
     from mlagate.hardware import arch_key
     from mlagate.kernels import mla_decode, tuned
     from mlagate.measure import environment, precompile
@@ -263,16 +265,16 @@ def measure(cfg: Config, p: Plan, cases: list, on_result, echo) -> None:
         raise ValueError(f"--config-family {p.family}: its table is for {p.arch}, this GPU is {here}")
     precompile.precompile([(mla_decode.Shape(c.batch, c.seqlen, c.heads, c.dtype), tuned.parse_candidate(c.impl))
                            for c in cases], p.jobs, echo)
-    grid.run_cases(cases, cfg.timing, gpus=p.gpus, on_result=on_result)
+    grid.run_cases(cases, cfg.timing, gpus=None if gpu is None else [gpu], on_result=on_result)
 
 
 # -- deciding and the table -------------------------------------------------------------------------
 
-def _decide(cfg: Config, sp: ShapePlan, done: dict) -> decide.ShapeTune:
+def _decide(cfg: Config, sp: decide.ShapePlan, done: dict) -> decide.ShapeTune:
     from mlagate.kernels import tuned
 
     results = {impl: CaseResult.from_dict(done[sp.folder, impl]["result"]) for impl in sp.candidates}
-    results |= {impl: CaseResult(_case(sp, impl), RunStatus.SKIPPED, why) for impl, why in sp.refused.items()}
+    results |= {impl: CaseResult(sp.case(impl), RunStatus.SKIPPED, why) for impl, why in sp.refused.items()}
     return decide.decide_shape(tuned.shape_key(sp.shape), results, sp.duplicates, sp.default, sp.committed,
                                cfg.gate.threshold)
 
@@ -282,7 +284,8 @@ def _write_table(p: Plan, shapes) -> Path:
     from mlagate.kernels import tuned
 
     today = time.strftime("%Y-%m-%d", time.gmtime())
-    entries = dict(tuned.load_table(p.arch, p.table).get(p.family, {}))
+    table = {} if p.table is not None and not p.table.exists() else tuned.load_table(p.arch, p.table)
+    entries = dict(table.get(p.family, {}))
     for sp, s in zip(p.shapes, shapes):
         w = s.winner
         if w is None:

@@ -278,3 +278,26 @@ def test_bad_config_values_are_rejected():
         m.HOPPER.with_(block_N=0).check()
     with pytest.raises(ValueError, match="policy must be"):
         m.HOPPER.with_(policy="Diagonal").check()
+
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"block_N": 48}, None), ({"block_N": 24}, "block_N must be a multiple of 16, got 24"),
+    ({"block_H": 16}, None), ({"block_H": 8}, "block_H must be a multiple of 16, got 8"),
+    ({"threads": 96}, None), ({"threads": 100}, "threads must be a multiple of 32, got 100"),
+    ({"num_stages": 4}, None), ({"num_stages": 5}, "num_stages must be <= 4, got 5"),
+    ({"num_stages": 2.0}, "num_stages must be >= 0, got 2.0"),
+])
+def test_a_config_no_gpu_could_run_is_refused_naming_its_field(change, message):
+    config = m.HOPPER.with_(**change)
+    if message is None:
+        config.check()
+        return
+    with pytest.raises(ValueError, match=f"^config hopper: {message}$"):
+        config.check()
+
+
+def test_every_shipped_config_passes_the_check():
+    for config in m.CONFIGS.values():
+        config.check()
+    assert m.config_for_arch("sm_90a") is m.HOPPER and m.config_for_arch("gfx942:xnack-") is m.CDNA3

@@ -18,7 +18,9 @@ from mlagate.config_reader import ConfigError
 from mlagate.decide import tune as decide
 from mlagate.kernels import mla_decode as m
 from mlagate.kernels import tuned
-from mlagate.measure.precompile import in_processes
+from mlagate.measure.precompile import ProcessDied, in_processes
+
+import dying_jobs
 
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 SMALL_SPACE = {"block_N": [32, 64]}  # with the default (N64): two candidates per shape
@@ -99,11 +101,11 @@ def test_candidates_are_the_product_with_the_last_field_fastest():
         (32, "FullRow"), (32, "FullCol"), (64, "FullRow"), (64, "FullCol")]
 
 
-def test_candidates_of_one_launch_are_measured_once():
+def test_candidates_of_one_launch_are_measured_once(tmp_path):
     # At 16 heads block_H is capped at 16: every block_H is one launch. On sm_90 (132 SMs) b=64 at
     # num_split 0 fills the device with 2 splits, so it is num_split 2 there.
     cfg = config.parse(raw_with({"block_H": [16, 64], "num_split": [0, 1, 2]}))
-    p = pipeline.plan(cfg, family="hopper")
+    p = pipeline.plan(cfg, family="hopper", out=tmp_path)
     b64, b128 = p.shapes
     assert list(b64.candidates) == [impl(), impl(block_H=16, num_split=1)]
     assert b64.duplicates == {impl(block_H=16): impl(), impl(block_H=16, num_split=2): impl(),
@@ -122,20 +124,23 @@ class Killed(BaseException):
     """The tune's process killed (not an Exception: the command would turn that into exit 2)."""
 
 
-def fake_gpu(monkeypatch, medians_us=None, stop_after=None):
-    """tune.measure stood in for: every case measures OK at medians_us[impl] (default 100 µs); after
-    ``stop_after`` rounds it dies, as a killed run would. Returns the list of rounds it was given."""
+def fake_gpu(monkeypatch, medians_us=None, stop_after=None, model="Fake GPU"):
+    """tune.measure stood in for: every case measures OK at medians_us[impl] (default 100 µs) on the GPU it
+    is given (``model``, also tune.gpu_name's answer); after ``stop_after`` rounds it dies, as a killed run
+    would. Returns the list of rounds it was given: [(impl, batch, gpu)] each."""
     rounds = []
 
-    def measure(cfg, p, cases, on_result, echo):
+    def measure(cfg, p, cases, on_result, echo, gpu=None):
         if stop_after is not None and len(rounds) == stop_after:
             raise Killed()
-        rounds.append([(c.impl, c.batch) for c in cases])
+        rounds.append([(c.impl, c.batch, gpu) for c in cases])
         for c in cases:
             us = (medians_us or {}).get(c.impl, 100.0)
-            on_result(CaseResult(c, RunStatus.OK, samples=Samples((us / 1e3,) * 20, "cuda-event", 0, 1, "Fake GPU")))
+            samples = Samples((us / 1e3,) * 20, "cuda-event", 0, 1, model, uuid=f"GPU-{gpu}")
+            on_result(CaseResult(c, RunStatus.OK, samples=samples, gpu=gpu))
 
     monkeypatch.setattr(pipeline, "measure", measure)
+    monkeypatch.setattr(pipeline, "gpu_name", lambda gpus: model)
     return rounds
 
 
@@ -149,7 +154,7 @@ def test_a_candidate_over_the_shared_memory_limit_is_skipped_with_its_bytes_neve
     over = impl(block_N=128, threads=128)
     assert list(p.shapes[0].candidates) == [DEFAULT, over]
     summary = pipeline.run_tune(cfg, p, echo=lambda *_: None)
-    assert rounds == [[(DEFAULT, 64)]]
+    assert rounds == [[(DEFAULT, 64, None)]]
     skipped = json.loads((p.folder / "b64-s4096-h16-float16" / f"{over}.json").read_text())
     assert skipped["stage"] == "done" and skipped["smem"] > 232448
     assert skipped["result"]["status"] == "skipped"
@@ -239,7 +244,7 @@ def test_a_second_run_measures_only_what_the_first_did_not(monkeypatch, tmp_path
     second = fake_gpu(monkeypatch)
     assert tune_cli(perf_yml, out) == 0
     assert len(fake_lowering) == 4  # nothing lowered twice
-    measured = [c for r in first + second for c in r]
+    measured = [(impl_, batch) for r in first + second for impl_, batch, _ in r]
     assert sorted(measured) == sorted({(DEFAULT, 64), (N32, 64), (DEFAULT, 128), (N32, 128)})
     assert len(first) == 2 and len(second) == 2
     assert "wrote" in capsys.readouterr().out
@@ -268,12 +273,12 @@ def test_max_minutes_stops_between_rounds_and_says_how_to_resume(monkeypatch, tm
 def test_check_exits_1_only_when_the_committed_table_is_beaten(monkeypatch, tmp_path, perf_yml, fake_lowering,
                                                                n32_us, table, code):
     fake_gpu(monkeypatch, {N32: n32_us})
-    path = tmp_path / "sm_90.yaml"
+    path = tmp_path / "sm_90.yaml" if table else tuned.table_path("sm_90")  # the committed one: absent
     if table:
         entries = [tuned.Entry(m.Shape(b, 4096, 16), m.HOPPER.with_(block_N=32), {}) for b in (64, 128)]
         tuned.write_table("sm_90", "hopper", entries, path)
     before = path.read_text() if table else None
-    assert tune_cli(perf_yml, tmp_path / "out", "--check", "--table", str(path)) == code
+    assert tune_cli(perf_yml, tmp_path / "out", "--check", *(["--table", str(path)] if table else [])) == code
     assert (path.read_text() if table else None) == before and (table or not path.exists())
     report = (tmp_path / "out" / "sm_90" / "hopper" / "quick" / "tune.md").read_text()
     assert ("**The committed table is beaten**" in report) == (code == 1)
@@ -321,7 +326,7 @@ def test_a_table_that_does_not_load_or_an_out_of_another_kernel_exits_2(monkeypa
     identity = tmp_path / "out" / "sm_90" / "hopper" / "quick" / "tune.json"
     identity.write_text(json.dumps({**json.loads(identity.read_text()), "kernel_sha256": "0" * 64}))
     assert tune_cli(perf_yml, tmp_path / "out") == 2
-    assert "is a tune of another kernel" in capsys.readouterr().err
+    assert "is a tune of another kernel, GPU or settings (kernel_sha256: was '0000" in capsys.readouterr().err
 
 
 def test_the_process_pool_reports_errors_per_item_and_starts_nothing_past_the_deadline():
@@ -330,6 +335,112 @@ def test_the_process_pool_reports_errors_per_item_and_starts_nothing_past_the_de
     assert item == -1 and isinstance(error, ValueError)
     assert list(in_processes(math.factorial, [3], 1, deadline=0)) == []
     assert list(in_processes(math.factorial, [3, 4], 2, deadline=0)) == []
+
+
+def test_a_table_given_by_name_must_exist_except_to_be_written(monkeypatch, tmp_path, perf_yml, fake_lowering,
+                                                                capsys):
+    fake_gpu(monkeypatch)
+    typo = tmp_path / "typo.yaml"
+    assert tune_cli(perf_yml, tmp_path / "out", "--check", "--table", str(typo)) == 2
+    assert f"{typo}: no such table" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    assert tune_cli(perf_yml, tmp_path / "out", "--write-table", "--table", str(typo)) == 0  # writing creates it
+    assert set(tuned.load_table("sm_90", typo)["hopper"]) == {B64, B128}
+
+
+@pytest.mark.parametrize("change,named", [
+    (lambda raw, gpu: gpu.update(model="Other GPU"), "gpu: was 'Fake GPU', now 'Other GPU'"),
+    (lambda raw, gpu: raw["timing"].update(warmup_ms=5), "timing.warmup_ms: was 1000.0, now 5.0"),
+    (lambda raw, gpu: raw["gate"]["build"]["shared_memory_limit"].update(sm_90=100000),
+     "shared_memory_limit: was 232448, now 100000"),
+])
+def test_a_resume_on_another_gpu_model_timing_or_limit_exits_2_naming_it(monkeypatch, tmp_path, perf_yml,
+                                                                        fake_lowering, capsys, change, named):
+    rounds = fake_gpu(monkeypatch, stop_after=1)
+    with pytest.raises(Killed):
+        tune_cli(perf_yml, tmp_path / "out")
+    raw, gpu = yaml.safe_load(perf_yml.read_text()), {"model": "Fake GPU"}
+    change(raw, gpu)
+    perf_yml.write_text(yaml.safe_dump(raw))
+    rounds = fake_gpu(monkeypatch, model=gpu["model"])
+    assert tune_cli(perf_yml, tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert "tune.json is a tune of another kernel, GPU or settings (" in err and named in err
+    assert rounds == []
+
+
+def test_a_resume_without_a_gpu_keeps_the_gpu_model_measured_on(monkeypatch, tmp_path, perf_yml, fake_lowering):
+    fake_gpu(monkeypatch, stop_after=1)
+    with pytest.raises(Killed):
+        tune_cli(perf_yml, tmp_path / "out")
+    identity = tmp_path / "out" / "sm_90" / "hopper" / "quick" / "tune.json"
+    fake_gpu(monkeypatch, stop_after=0, model=None)  # a machine without a GPU: lowers, then stops
+    with pytest.raises(Killed):
+        tune_cli(perf_yml, tmp_path / "out")
+    assert json.loads(identity.read_text())["gpu"] == "Fake GPU"
+    assert json.loads(identity.read_text())["timing"]["warmup_ms"] == 1000
+    fake_gpu(monkeypatch)
+    assert tune_cli(perf_yml, tmp_path / "out") == 0
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("tune.json", "{not json", "tune.json: not readable"),
+    ("tune.json", "[]", "tune.json: not a tune's identity"),
+    ("b64-s4096-h16-float16/CANDIDATE.json", "[]", "CANDIDATE.json: not a candidate file (must be a mapping with"),
+    ("b64-s4096-h16-float16/CANDIDATE.json", "{}", "CANDIDATE.json: not a candidate file (must be a mapping with"),
+    ("b64-s4096-h16-float16/CANDIDATE.json", '{"candidate": "CANDIDATE", "config": {}, "stage": "done", '
+                                             '"smem": 1, "result": {"status": "ok"}}',
+     "CANDIDATE.json: not a candidate file (result: not a measured case"),
+    ("b64-s4096-h16-float16/CANDIDATE.json", '{"candidate": "CANDIDATE", "config": {}, "stage": "half", '
+                                             '"smem": 1, "result": null}', "stage: must be one of lowered, done"),
+])
+def test_a_damaged_file_in_out_exits_2_naming_it(monkeypatch, tmp_path, perf_yml, fake_lowering, capsys, name,
+                                                 content, message):
+    fake_gpu(monkeypatch, stop_after=1)
+    with pytest.raises(Killed):
+        tune_cli(perf_yml, tmp_path / "out")
+    name, content, message = (x.replace("CANDIDATE", DEFAULT) for x in (name, content, message))
+    (tmp_path / "out" / "sm_90" / "hopper" / "quick" / name).write_text(content)
+    rounds = fake_gpu(monkeypatch)
+    assert tune_cli(perf_yml, tmp_path / "out") == 2
+    assert message in capsys.readouterr().err and rounds == []
+
+
+def test_each_shape_is_measured_on_one_gpu_and_the_gpus_work_at_once(monkeypatch, tmp_path, perf_yml,
+                                                                     fake_lowering):
+    for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    raw = yaml.safe_load(perf_yml.read_text())
+    raw["grid"]["quick"]["batch"] = [64, 128, 32]
+    perf_yml.write_text(yaml.safe_dump(raw))
+    rounds = fake_gpu(monkeypatch)
+    assert tune_cli(perf_yml, tmp_path / "out", "--gpus", "0,1") == 0
+    # the grid's order is batch-major: b64 (shape 0) and b32 (shape 2) on GPU 0, b128 on GPU 1; a round
+    # of --jobs 1 candidate each, every round on the GPU of its shape
+    assert sorted(rounds) == sorted([[(DEFAULT, b, gpu)] for b, gpu in ((64, 0), (128, 1), (32, 0))]
+                                    + [[(N32, b, gpu)] for b, gpu in ((64, 0), (128, 1), (32, 0))])
+    folder = tmp_path / "out" / "sm_90" / "hopper" / "quick"
+    for batch, gpu in ((64, 0), (128, 1), (32, 0)):
+        results = [json.loads(f.read_text())["result"] for f in (folder / f"b{batch}-s4096-h16-float16").glob("*.json")]
+        assert len(results) == 2 and {(r["gpu"], r["samples"]["uuid"]) for r in results} == {(gpu, f"GPU-{gpu}")}
+
+
+def test_a_process_that_dies_fails_only_its_own_item():
+    outcomes = dict(in_processes(dying_jobs.double_or_die, [1, 2, 3, 4, 5, 6], 2))
+    died = outcomes.pop(dying_jobs.DYING)
+    assert isinstance(died, ProcessDied) and f"died with exit code {dying_jobs.DYING_CODE}" in str(died)
+    assert outcomes == {1: 2, 2: 4, 4: 8, 5: 10, 6: 12}
+
+
+def test_a_candidate_whose_lowering_kills_its_process_fails_alone(monkeypatch, tmp_path, perf_yml):
+    monkeypatch.setattr(lower, "lower_job", dying_jobs.lower_or_die)  # spawned processes import it by name
+    rounds = fake_gpu(monkeypatch)
+    assert tune_cli(perf_yml, tmp_path / "out", "--jobs", "2") == 0
+    assert sorted(c[:2] for r in rounds for c in r) == sorted([(DEFAULT, 64), (DEFAULT, 128), (N32, 128)])
+    died = json.loads((tmp_path / "out" / "sm_90" / "hopper" / "quick" / "b64-s4096-h16-float16" /
+                       f"{N32}.json").read_text())
+    assert died["stage"] == "done" and died["result"]["status"] == "failed"
+    assert f"lowering crashed: ProcessDied: the process running it died with exit code {dying_jobs.DYING_CODE}" in (
+        died["result"]["reason"])
 
 
 # -- a candidate outside the tune: `mlagate bench --impl <candidate>` ---------------------------

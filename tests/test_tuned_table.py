@@ -1,7 +1,9 @@
 """The committed tables of tuned tile configs (kernels/tuned/<arch>.yaml), the names of candidate
 configs, and where the kernels, the measuring worker and the build read them. CPU only."""
 
+import os
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -80,6 +82,7 @@ MALFORMED = {
     "not a mapping": ("- 1\n", r"must be a mapping with version and families"),
     "unknown top key": (_table() + "notes: 1\n", r"notes: unknown key; expected version, families"),
     "old version": (_table().replace("version: 1", "version: 2"), r"version: must be 1, got 2"),
+    "version a bool": (_table().replace("version: 1", "version: true"), r"^[^:]*: version: must be 1, got True"),
     "families a list": ("version: 1\nfamilies: [hopper]\n", r"families: must be a mapping"),
     "unknown family": (_table(family="volta"), r"families.volta: unknown family 'volta'; known: cdna3, hopper"),
     "family twice": (_table() + "  hopper: []\n", r"families.hopper: duplicate key at line 7"),
@@ -93,6 +96,10 @@ MALFORMED = {
     "shape batch 0": (_with("batch: 64", "batch: 0"), r"hopper\[0\].shape: batch must be an integer >= 1"),
     "block_N 0": (_with("block_N: 64", "block_N: 0"), r"hopper\[0\].config.block_N: .*must be an integer >= 1"),
     "policy": (_with("FullCol", "Diagonal"), r"hopper\[0\].config.policy: .*must be FullRow, FullCol or Square"),
+    "block_N 24": (_with("block_N: 64", "block_N: 24"), r"hopper\[0\].config.block_N: .*multiple of 16, got 24"),
+    "block_H 8": (_with("block_H: 64", "block_H: 8"), r"hopper\[0\].config.block_H: .*must be a multiple of 16, got 8"),
+    "threads 100": (_with("threads: 256", "threads: 100"), r"hopper\[0\].config.threads: .*multiple of 32, got 100"),
+    "num_stages 20": (_with("num_stages: 2", "num_stages: 20"), r"hopper\[0\].config.num_stages: .*<= 4, got 20"),
     "num_stages float": (_with("num_stages: 2", "num_stages: 2.0"), r"config.num_stages: must be int, got 2.0"),
     "threads missing": (_with("threads: 256, ", ""), r"hopper\[0\].config.threads: missing"),
     "name not tunable": (_with("policy: FullCol", "policy: FullCol, name: cdna3"),
@@ -125,6 +132,70 @@ def test_the_well_formed_base_of_the_malformed_cases_loads(tmp_path):
     assert entry == tuned.Entry(SHAPE, m.HOPPER.with_(num_split=2), {"tflops": 1.0})
     tuned.load_table("sm_90a", path)["hopper"].clear()  # a caller's change does not reach the next reader
     assert list(tuned.load_table("sm_90a", path)["hopper"].values()) == [entry]
+
+
+def test_parse_table_reads_text_as_load_table_reads_the_file_and_names_its_source(tmp_path):
+    path = tmp_path / "sm_90.yaml"
+    path.write_text(_table())
+    assert tuned.parse_table(_table(), "sm_90a", "sm_90.yaml at 1a2b3c") == tuned.load_table("sm_90a", path)
+    tuned.parse_table(_table(), "sm_90a", "x")["hopper"].clear()  # the caller's own copy
+    assert tuned.parse_table(_table(), "sm_90a", "x")["hopper"]
+    for text, problem in [MALFORMED["old version"], MALFORMED["not YAML"], MALFORMED["shape twice"]]:
+        with pytest.raises(ValueError) as info:
+            tuned.parse_table(text, "sm_90a", "kernels/tuned/sm_90.yaml at 1a2b3c")
+        message = str(info.value)
+        assert message.startswith("kernels/tuned/sm_90.yaml at 1a2b3c: ") and re.search(problem, message)
+
+
+def test_a_table_named_by_path_must_exist_and_be_utf8(tables, tmp_path):
+    typo = tmp_path / "typo.yaml"
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(typo))}: no such table$"):
+        tuned.load_table("sm_90", typo)
+    assert tuned.load_table("sm_90") == {}  # only the committed table may be absent
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes(_table().encode() + b"# r\xe9glage\n")
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(latin1))}: not UTF-8 text"):
+        tuned.load_table("sm_90", latin1)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path))}: not readable"):
+        tuned.load_table("sm_90", tmp_path)
+
+
+def test_the_table_is_read_again_only_when_it_changed(tables, monkeypatch):
+    tuned.write_table("sm_90a", "hopper", [tuned.Entry(SHAPE, TUNED_HOPPER, MEASURED)])
+    path, reads = tuned.table_path("sm_90"), []
+    for name in ("read_bytes", "read_text"):
+        real = getattr(Path, name)
+        monkeypatch.setattr(Path, name, lambda self, *a, _real=real, **k: reads.append(self) or _real(self, *a, **k))
+    for _ in range(3):
+        assert tuned.tuned_config("hopper", SHAPE, "sm_90a") == TUNED_HOPPER  # mla_decode() asks on every call
+    assert reads.count(path) <= 1
+    tuned.write_table("sm_90a", "hopper", [tuned.Entry(SHAPE, TUNED_HOPPER.with_(policy="Square"), MEASURED)])
+    assert tuned.tuned_config("hopper", SHAPE, "sm_90a") == TUNED_HOPPER.with_(policy="Square")
+    path.write_text(path.read_text().replace("policy: Square", "policy: FullRow"))  # by hand, in place
+    os.utime(path, ns=(1, 1))  # a stamp of its own, whatever the clock's grain
+    assert tuned.tuned_config("hopper", SHAPE, "sm_90a") == TUNED_HOPPER.with_(policy="FullRow")
+
+
+def test_the_cache_stays_small_whatever_paths_are_loaded(tmp_path):
+    for i in range(40):
+        path = tmp_path / f"t{i}.yaml"
+        path.write_text(_table())
+        tuned.load_table("sm_90", path)
+    assert len(tuned._loaded) <= 16
+
+
+def test_the_written_table_is_readable_by_all_and_on_disk_before_it_replaces_the_old(tmp_path, monkeypatch):
+    calls = []
+    for name in ("fsync", "replace"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda *a, _name=name, _real=real: calls.append(_name) or _real(*a))
+    old = os.umask(0o022)
+    try:
+        path = tuned.write_table("sm_90", "hopper", [tuned.Entry(SHAPE, TUNED_HOPPER, MEASURED)], tmp_path / "t.yaml")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert calls.index("fsync") < calls.index("replace")
 
 
 def test_table_paths_per_base_architecture(tables):
@@ -293,3 +364,5 @@ def test_the_re_measure_takes_each_commits_table(tmp_path):
     assert at(with_table, m.Shape(batch=128, seqlen=4096, heads=16)) == m.HOPPER
     with pytest.raises(interleaved.ConfirmError, match=rf"kernels/tuned/sm_90.yaml at {broken[:12]}: .*block_N"):
         at(broken)
+    with pytest.raises(interleaved.ConfirmError, match="cannot read kernels/tuned/sm_90.yaml at 0{40}"):
+        at("0" * 40)  # a commit git does not have is an error, never "no table"

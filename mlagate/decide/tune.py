@@ -1,11 +1,12 @@
 """`mlagate tune`'s decisions, per shape: which candidates launch the same kernel (measured once), which
-candidate wins, and whether the committed table is beaten (the drift watch). Pure: it reads plans
-(mla_decode.Plan) and results (CaseResult) it is given, and imports neither torch nor tilelang."""
+candidate wins, and whether the committed table is beaten (the drift watch); and whether an earlier run's
+files in --out measured what this run would. Pure: it reads plans (mla_decode.Plan), results (CaseResult) and
+records it is given; only shape_plan imports the kernel (and with it tilelang), when it is called."""
 
 from dataclasses import dataclass
 from enum import StrEnum
 
-from mlagate.case import CaseResult, RunStatus
+from mlagate.case import Case, CaseResult, RunStatus
 
 
 def launch_key(plan) -> tuple:
@@ -26,6 +27,43 @@ def duplicates(plans: dict) -> dict:
         else:
             first[key] = impl
     return out
+
+
+@dataclass(frozen=True)
+class ShapePlan:
+    shape: object  # mla_decode.Shape
+    candidates: dict  # impl -> TileConfig to lower and measure, in candidate order
+    duplicates: dict  # impl -> the candidate that makes the same launch
+    refused: dict  # impl -> why the kernel cannot plan this shape (e.g. heads not a multiple of block_H)
+    default: str
+    committed: str  # the table's config for this shape, else the default
+
+    @property
+    def folder(self) -> str:
+        s = self.shape
+        return f"b{s.batch}-s{s.seqlen}-h{s.heads}-{s.dtype}"
+
+    def case(self, impl: str) -> Case:
+        s = self.shape
+        return Case(impl, s.batch, s.seqlen, s.dtype, s.heads)
+
+
+def shape_plan(shape, default, space, committed: dict, arch: str) -> ShapePlan:
+    """A shape's candidates: the family default, the committed table's config (``committed``: {shape_key:
+    tuned.Entry}) and the space, in that order; those that launch the same kernel once."""
+    from mlagate.kernels import mla_decode, tuned
+
+    entry = committed.get(tuned.shape_key(shape))
+    configs = {tuned.candidate_impl(c): c for c in [default, entry.config if entry else default, *space]}
+    plans, refused = {}, {}
+    for impl, config in configs.items():
+        try:
+            plans[impl] = mla_decode.plan(shape, config, arch)
+        except ValueError as e:
+            refused[impl] = f"cannot run this shape: {e}"
+    dups = duplicates(plans)
+    return ShapePlan(shape, {i: configs[i] for i in plans if i not in dups}, dups, refused,
+                     tuned.candidate_impl(default), tuned.candidate_impl(entry.config if entry else default))
 
 
 @dataclass(frozen=True)
@@ -110,3 +148,60 @@ def decide_shape(shape: tuple, results: dict, duplicates: dict, default: str, co
     resolved = {**results, **{impl: results[first] for impl, first in duplicates.items()}}
     return ShapeTune(shape, results, duplicates, default, committed, best,
                      drift(shape, resolved, committed, best, threshold))
+
+
+# -- resuming: whether the files of an earlier run measured what this run would -------------------------
+
+RECORD_KEYS = ("candidate", "config", "stage", "smem", "result")
+STAGES = ("lowered", "done")  # lowered: passed the pre-filter, not measured yet; done: its result is final
+
+
+def resumed_identity(saved, now: dict, where: str) -> dict:
+    """The identity a run goes on with once ``saved`` (an earlier run's tune.json, read) matches ``now``;
+    a run without a GPU keeps the GPU model an earlier one measured on. ValueError naming ``where`` else."""
+    if not isinstance(saved, dict):
+        raise ValueError(f"{where}: not a tune's identity (a JSON mapping); remove that folder to start over")
+    changes = identity_changes(saved, now)
+    if changes:
+        raise ValueError(f"{where} is a tune of another kernel, GPU or settings ({'; '.join(changes)}); give "
+                         "another --out, or remove that folder to start over")
+    return {**now, "gpu": now.get("gpu") or saved.get("gpu")}
+
+
+def identity_changes(saved: dict, now: dict) -> list:
+    """'key: was X, now Y' for each part of a tune's identity (tune.json) that differs; a dict's changes by
+    its own keys (timing.window_ms). A GPU of None (a run without a GPU only lowers) differs from none."""
+    changes = []
+    for key in sorted(set(saved) | set(now)):
+        was, new = saved.get(key), now.get(key)
+        if key == "gpu" and None in (was, new):
+            continue
+        if isinstance(was, dict) and isinstance(new, dict):
+            changes += [f"{key}.{change}" for change in identity_changes(was, new)]
+        elif was != new:
+            changes.append(f"{key}: was {_short(was)}, now {_short(new)}")
+    return changes
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def record_problem(record, impl: str) -> str | None:
+    """What is wrong with a candidate file's content (its name is ``impl``), else None."""
+    if not isinstance(record, dict) or any(key not in record for key in RECORD_KEYS):
+        return f"must be a mapping with {', '.join(RECORD_KEYS)}, got {_short(record)}"
+    if record["candidate"] != impl:
+        return f"candidate: {record['candidate']!r} is not the file's own candidate"
+    if record["stage"] not in STAGES:
+        return f"stage: must be one of {', '.join(STAGES)}, got {record['stage']!r}"
+    if record["smem"] is not None and type(record["smem"]) is not int:
+        return f"smem: must be an integer or null, got {record['smem']!r}"
+    if record["stage"] == "lowered":
+        return None if record["result"] is None else "result: a lowered candidate has none yet"
+    try:
+        CaseResult.from_dict(record["result"])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return f"result: not a measured case ({type(e).__name__}: {e})"
+    return None

@@ -54,16 +54,17 @@ def config_at(repo, commit, module, family: str, shape, arch: str):
     today's parser, rebuilt on that commit's own TileConfig), else its family default."""
     default = module.CONFIGS[family]
     path = f"kernels/tuned/{tuned.table_path(arch).name}"
-    try:
-        text = git("show", f"{commit}:{path}", repo=repo, strip=False)
-    except GitError:
+    try:  # ls-tree: an absent path prints nothing, a missing commit is an error
+        present = git("ls-tree", "--name-only", commit, "--", path, repo=repo)
+        text = git("show", f"{commit}:{path}", repo=repo, strip=False) if present else None
+    except GitError as e:
+        raise ConfirmError(f"cannot read {path} at {commit}: {e}") from None
+    if text is None:
         return default  # no table at that commit: every shape ran the default
-    with tempfile.TemporaryDirectory(prefix="mlagate-confirm-") as tmp:
-        (Path(tmp) / "table.yaml").write_text(text)
-        try:
-            table = tuned.load_table(arch, Path(tmp) / "table.yaml")
-        except ValueError as e:
-            raise ConfirmError(f"{path} at {commit[:12]}: {e}") from None
+    try:
+        table = tuned.parse_table(text, arch, f"{path} at {commit[:12]}")
+    except ValueError as e:
+        raise ConfirmError(str(e)) from None
     entry = table.get(family, {}).get(tuned.shape_key(shape))
     return default.with_(**{f: getattr(entry.config, f) for f in tuned.TUNABLE}) if entry else default
 

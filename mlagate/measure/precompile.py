@@ -3,13 +3,35 @@ TileLang's disk cache instead of compiling one after another inside the run (`ml
 notes/precompile.py); and the process pool that does it, which `mlagate tune` lowers candidates in too."""
 
 import multiprocessing
+import signal
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+
+class ProcessDied(Exception):
+    """The process running one item died (a segfault, the OOM killer, os._exit) before it returned."""
+
+
+def _died(pool) -> ProcessDied:
+    """What killed ``pool``'s one process, with its exit code where the pool still has it (a private
+    attribute: the code is a courtesy, nothing relies on it)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown()  # a broken pool's manager has joined its process once this returns
+    codes = [p.exitcode for p in processes if p.exitcode is not None]
+    if not codes:
+        return ProcessDied("the process running it died (exit code unknown)")
+    code = codes[0]
+    name = next((s.name for s in signal.Signals if -code == s.value), None) if code < 0 else None
+    return ProcessDied(f"the process running it died with exit code {code}" + (f" ({name})" if name else ""))
 
 
 def in_processes(fn, items: list, jobs: int, deadline: float | None = None):
     """(item, fn(item), or the exception it raised) as each finishes, in ``jobs`` spawned processes (in this
-    one for ``jobs`` 1); none starts after ``deadline`` (time.monotonic())."""
+    one for ``jobs`` 1); none starts after ``deadline`` (time.monotonic()).
+
+    Each process is a pool of its own that runs one item at a time, so a process that dies (a segfault, the
+    OOM killer) fails only the item it was running, as ProcessDied; a fresh process takes the next item."""
 
     def past() -> bool:
         return deadline is not None and time.monotonic() > deadline
@@ -23,17 +45,34 @@ def in_processes(fn, items: list, jobs: int, deadline: float | None = None):
             except Exception as e:  # noqa: BLE001 - the caller reports it per item
                 yield item, e
         return
-    if past():
-        return
     # spawn: a forked child cannot use the CUDA context a parent that imported tilelang may hold
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(fn, item): item for item in items}
-        for future in as_completed(futures):
-            if past():
-                for f in futures:
-                    f.cancel()
-            if not future.cancelled():
-                yield futures[future], future.exception() or future.result()
+    context = multiprocessing.get_context("spawn")
+    waiting, running, idle, pools = list(items)[::-1], {}, [], []
+    try:
+        while True:
+            while waiting and len(running) < jobs and not past():
+                if not idle:
+                    pools.append(ProcessPoolExecutor(1, mp_context=context))
+                    idle.append(pools[-1])
+                pool, item = idle.pop(), waiting.pop()
+                running[pool.submit(fn, item)] = pool, item
+            if not running:
+                return
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                pool, item = running.pop(future)
+                try:
+                    outcome = future.result()
+                    idle.append(pool)
+                except BrokenProcessPool:  # its process died: this item's doing, no other's
+                    outcome = _died(pool)
+                except Exception as e:  # noqa: BLE001 - the caller reports it per item
+                    outcome = e
+                    idle.append(pool)
+                yield item, outcome
+    finally:
+        for pool in pools:
+            pool.shutdown(cancel_futures=True)
 
 
 def compile_one(kernel) -> None:
