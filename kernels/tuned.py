@@ -17,14 +17,13 @@ File format (a change to it is a change to the kernels, gated like code)::
 """
 
 import dataclasses
-import os
 import re
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from mlagate.atomic import write_replace
 from mlagate.config_reader import UniqueKeyLoader
 from mlagate.hardware import arch_key
 from mlagate.kernels import mla_decode
@@ -260,24 +259,7 @@ def write_table(arch: str, family: str, entries, path=None) -> Path:
     except (_Malformed, ValueError, yaml.YAMLError) as e:  # YAMLError: a measured value YAML cannot hold
         raise ValueError(f"{path}: not written: {e}") from None
     path.parent.mkdir(parents=True, exist_ok=True)
-    # As mlagate.store.files.write_replace (which kernels/ may not import): 0o666 less the umask, as open()
-    # gives (mkstemp's 0600 would hide the table from other users), on disk before it replaces the table.
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)  # the new name, durable
-    finally:
-        os.close(folder)
+    write_replace(path, text.encode())
     for key in [key for key in _loaded if key[0] == str(path)]:
         del _loaded[key]  # the stamp would tell, but a freed inode may come back
     return path

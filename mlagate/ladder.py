@@ -275,7 +275,7 @@ def read_calibration(out: Path) -> dict | None:
 
 def write_json(path: Path, data) -> None:
     """Atomically: a killed ladder leaves the old file or the new one, never half of one."""
-    from mlagate.store.files import write_replace
+    from mlagate.atomic import write_replace
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_replace(path, json.dumps(data, indent=1, default=str).encode())

@@ -9,10 +9,10 @@ import contextlib
 import fcntl
 import json
 import os
-import secrets
 import sys
 from pathlib import Path
 
+from mlagate.atomic import TEMP, fsync_dir, write_once, write_replace
 from mlagate.store.errors import StoreError
 
 # mlagate's own files in a store start with ".mlagate": asv reads only *.json, the
@@ -20,7 +20,6 @@ from mlagate.store.errors import StoreError
 CONTROL = ".mlagate"
 LOCK = ".mlagate.lock"
 JOURNAL = ".mlagate-install.journal"
-TEMP = ".mlagate-tmp."
 REWRITTEN = ("benchmarks.json", "machine.json")  # asv rewrites these on every run; all else is append-only
 
 
@@ -45,54 +44,6 @@ def store_lock(root, echo=None):
 
 def _to_stderr(message):
     print(message, file=sys.stderr, flush=True)
-
-
-def _fsync_dir(folder):
-    """Make a new name in ``folder`` durable (a rename or link is in the directory, not the file)."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _temp_copy(path: Path, data: bytes) -> Path:
-    """``data``, complete and on disk, under a control name in ``path``'s folder: a link or
-    rename from there is atomic (same filesystem)."""
-    tmp = path.parent / f"{TEMP}{path.name}.{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 less the umask, as open() does
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return tmp
-
-
-def write_once(path, data: bytes):
-    """Create ``path`` holding ``data``, whole or not at all; FileExistsError if it exists."""
-    path = Path(path)
-    tmp = _temp_copy(path, data)
-    try:
-        os.link(tmp, path)  # unlike rename, link never replaces an existing file
-    finally:
-        os.unlink(tmp)
-    _fsync_dir(path.parent)
-
-
-def write_replace(path, data: bytes):
-    """Replace ``path`` with ``data``: a reader sees the old file or the new one, never a mix."""
-    path = Path(path)
-    tmp = _temp_copy(path, data)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
 
 
 def _staged(staging: Path, machine: str) -> list:
@@ -143,7 +94,7 @@ def recover(root) -> bool:
     for entry in entries:
         _install(root, entry)
     os.unlink(journal)
-    _fsync_dir(root)
+    fsync_dir(root)
     return True
 
 
