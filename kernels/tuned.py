@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from mlagate.atomic import write_replace
-from mlagate.config_reader import UniqueKeyLoader
+from mlagate.config_reader import KeyReader, UniqueKeyLoader
 from mlagate.hardware import arch_key
 from mlagate.kernels import mla_decode
 
@@ -79,29 +79,14 @@ def _check_family(config: mla_decode.TileConfig, family: str) -> None:
         raise ValueError(f"{config}: not a config of family {family} (its {' or '.join(UNTUNABLE)} differ)")
 
 
-def _keys(raw, where: str, expected) -> dict:
-    """``raw`` as a mapping with exactly the keys ``expected``."""
-    if not isinstance(raw, dict):
-        raise _Malformed(where, f"must be a mapping with {', '.join(expected)}, got {raw!r}")
-    for key in raw:
-        if key not in expected:
-            raise _Malformed(f"{where}.{key}", f"unknown key; expected {', '.join(expected)}")
-    for key in expected:
-        if key not in raw:
-            raise _Malformed(f"{where}.{key}", "missing")
-    return raw
-
-
-def _fields(raw, where: str, types: dict) -> dict:
+def _typed(raw, where: str, types: dict) -> dict:
     """``raw`` as a mapping with exactly the keys of ``types``, each value of its type."""
-    for key, kind in types.items():
-        if type(_keys(raw, where, types)[key]) is not kind:  # type(): YAML's true is no block size
-            raise _Malformed(f"{where}.{key}", f"must be {kind.__name__}, got {raw[key]!r}")
-    return raw
+    reader = KeyReader.mapping(raw, where, types)
+    return {key: reader.get(key, kind) for key, kind in types.items()}
 
 
 def _shape(raw, where: str) -> mla_decode.Shape:
-    shape = mla_decode.Shape(**_fields(raw, where, SHAPE_FIELDS))
+    shape = mla_decode.Shape(**_typed(raw, where, SHAPE_FIELDS))
     try:
         shape.check()
     except ValueError as e:
@@ -113,7 +98,7 @@ def _config(raw, where: str, family: mla_decode.TileConfig) -> mla_decode.TileCo
     for key in raw if isinstance(raw, dict) else ():
         if key in UNTUNABLE:
             raise _Malformed(f"{where}.{key}", f"not tunable (the family sets it); tunable: {', '.join(TUNABLE)}")
-    values = _fields(raw, where, {name: type(getattr(family, name)) for name in TUNABLE})
+    values = _typed(raw, where, {name: type(getattr(family, name)) for name in TUNABLE})
     for name, value in values.items():  # one field at a time, so the error names its key
         try:
             family.with_(**{name: value}).check()
@@ -130,7 +115,7 @@ def _entries(raw, where: str, family: mla_decode.TileConfig, arch: str) -> dict:
     entries, first = {}, {}
     for i, item in enumerate(raw):
         at = f"{where}[{i}]"
-        _keys(item, at, ENTRY_KEYS)
+        KeyReader.mapping(item, at, ENTRY_KEYS, required=ENTRY_KEYS)
         shape, config = _shape(item["shape"], f"{at}.shape"), _config(item["config"], f"{at}.config", family)
         try:
             mla_decode.plan(shape, config, arch)  # e.g. heads not a multiple of block_H

@@ -21,15 +21,24 @@ class KeyReader:
 
     def section(self, key, allowed) -> "KeyReader":
         value = self.data.get(key) if isinstance(self.data, dict) else None
+        return KeyReader.mapping(value, self._key(key), allowed)
+
+    @classmethod
+    def mapping(cls, value, path: str, allowed, required=()) -> "KeyReader":
+        """``value`` (found at ``path``) as a mapping of names among ``allowed``, holding every key of
+        ``required``: a section, or one entry of a list."""
         if not isinstance(value, dict):
-            raise ConfigError(f"{self._key(key)}: must be a mapping, got {type(value).__name__}")
+            raise ConfigError(f"{path}: must be a mapping, got {type(value).__name__}")
         for k in value:  # open sections take their keys as names (arch): `90:` would read as an int
             if not isinstance(k, str):
-                raise ConfigError(f"{self._key(key)}.{k}: keys must be names (strings), got {type(k).__name__}")
+                raise ConfigError(f"{path}.{k}: keys must be names (strings), got {type(k).__name__}")
         unknown = sorted(set(value) - set(allowed))
         if unknown:
-            raise ConfigError(f"{self._key(key)}.{unknown[0]}: unknown key (allowed: {', '.join(allowed)})")
-        return KeyReader(value, self._key(key))
+            raise ConfigError(f"{path}.{unknown[0]}: unknown key (allowed: {', '.join(allowed)})")
+        for k in required:
+            if k not in value:
+                raise ConfigError(f"{path}.{k}: missing")
+        return cls(value, path)
 
     def get(self, key, kind, *, minimum=None, maximum=None, exclusive_min=False):
         if key not in self.data:
@@ -52,23 +61,35 @@ class KeyReader:
             raise ConfigError(f"{self._key(key)}: must be <= {maximum}, got {value!r}")
         return value
 
-    def int_list(self, key, minimum=1, choices=None):
+    def _list(self, key) -> list:
         values = self.data.get(key)
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{self._key(key)}: must be a non-empty list, got {values!r}")
+        return values
+
+    def _unique(self, key, values) -> tuple:
+        if len(set(values)) != len(values):
+            raise ConfigError(f"{self._key(key)}: entries must be unique, got {values!r}")
+        return tuple(values)
+
+    def int_list(self, key, minimum=1, choices=None):
+        values = self._list(key)
         for v in values:
             if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
                 raise ConfigError(f"{self._key(key)}: every entry must be an integer >= {minimum}, got {v!r}")
             if choices and v not in choices:
                 raise ConfigError(f"{self._key(key)}: {v} is not one of {', '.join(map(str, choices))}")
-        if len(set(values)) != len(values):
-            raise ConfigError(f"{self._key(key)}: entries must be unique, got {values!r}")
-        return tuple(values)
+        return self._unique(key, values)
+
+    def name_list(self, key):
+        values = self._list(key)
+        for v in values:
+            if not isinstance(v, str):
+                raise ConfigError(f"{self._key(key)}: every entry must be a name, got {v!r}")
+        return self._unique(key, values)
 
     def choice_list(self, key, choices):
-        values = self.data.get(key)
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"{self._key(key)}: must be a non-empty list, got {values!r}")
+        values = self._list(key)
         for v in values:
             if v not in choices:
                 raise ConfigError(f"{self._key(key)}: {v!r} is not one of {', '.join(choices)}")

@@ -37,16 +37,7 @@ class TuneSpace:
 def _values(space: KeyReader, field: str) -> tuple:
     if SPACE_FIELDS[field] is int:
         return space.int_list(field, minimum=INT_MINIMUM.get(field, 1))
-    values = space.data[field]
-    key = f"{space.path}.{field}"
-    if not isinstance(values, list) or not values:
-        raise ConfigError(f"{key}: must be a non-empty list, got {values!r}")
-    for v in values:
-        if not isinstance(v, str):
-            raise ConfigError(f"{key}: every entry must be a name, got {v!r}")
-    if len(set(values)) != len(values):
-        raise ConfigError(f"{key}: entries must be unique, got {values!r}")
-    return tuple(values)
+    return space.name_list(field)
 
 
 def parse(top: KeyReader, families, shared_memory_limit: dict) -> dict:

@@ -71,6 +71,7 @@ def test_the_committed_spaces_and_the_kernels_agree():
                                                              r"integer >= 0"),
     (lambda t: t["hopper"]["space"].update(num_stages=["2"]), r"tune.hopper.space.num_stages: every entry"),
     (lambda t: t["hopper"]["space"].update(policy=[1]), r"tune.hopper.space.policy: every entry must be a name"),
+    (lambda t: t["hopper"]["space"].update(policy=[]), r"tune.hopper.space.policy: must be a non-empty list"),
     (lambda t: t["hopper"]["space"].update(policy=["FullRow", "FullRow"]), r"tune.hopper.space.policy: entries "
                                                                             r"must be unique"),
     (lambda t: t.clear() or t.update(hopper=None), r"tune.hopper: must be a mapping"),
