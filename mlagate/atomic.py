@@ -2,6 +2,7 @@
 it, then linked (write_once) or renamed (write_replace) into place, and the folder synced. One
 way to write for the results store and the committed tuned tables alike."""
 
+import json
 import os
 import secrets
 from pathlib import Path
@@ -56,3 +57,11 @@ def write_replace(path, data: bytes):
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def write_json(path, data) -> None:
+    """``data`` as indented JSON, replacing ``path`` whole (its folder made if need be): a killed writer
+    leaves the old file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_replace(path, json.dumps(data, indent=1, default=str).encode())

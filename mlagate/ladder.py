@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlagate import gitops
+from mlagate.atomic import write_json
 from mlagate.case import Case
 from mlagate.config import Config
 from mlagate.decide import ladder
@@ -271,11 +272,3 @@ def write_outputs(doc: dict, out: Path) -> dict:
 def read_calibration(out: Path) -> dict | None:
     path = Path(out) / "calibration.json"
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def write_json(path: Path, data) -> None:
-    """Atomically: a killed ladder leaves the old file or the new one, never half of one."""
-    from mlagate.atomic import write_replace
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_replace(path, json.dumps(data, indent=1, default=str).encode())

@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from mlagate.atomic import write_json
 from mlagate.case import CaseResult, RunStatus
 from mlagate.config import Config
 from mlagate.decide import tune as decide
-from mlagate.ladder import write_json
 from mlagate.measure import grid
 from mlagate.measure.precompile import in_processes
 from mlagate.report import tune as report
@@ -51,6 +51,7 @@ class Plan:
     mode: Mode
     folder: Path  # --out/<arch>/<family>/<grid>
     table: Path | None  # None: the committed table
+    committed: dict  # the family's entries in that table, as this run read it: shape key -> Entry
     jobs: int
     gpus: list | None
     max_minutes: float | None
@@ -101,7 +102,8 @@ def plan(cfg: Config, *, grid_name="quick", family=None, out="out/tune", jobs=1,
             raise ValueError(f"--out {out}: {saved}: not readable ({e}); remove that folder to start over") from None
         identity = decide.resumed_identity(before, identity, f"--out {out}: {saved}")
     flag = {Mode.REPORT: "", Mode.WRITE: " --write-table", Mode.CHECK: " --check"}[mode]
-    return Plan(family, spec.arch, f"{kind}:{spec.arch}", grid_name, mode, folder, Path(table) if table else None, jobs,
+    return Plan(family, spec.arch, f"{kind}:{spec.arch}", grid_name, mode, folder, Path(table) if table else None,
+                committed, jobs,
                 gpus, max_minutes, f"mlagate tune --grid {grid_name} --config-family {family}{flag}", identity, shapes)
 
 
@@ -284,8 +286,7 @@ def _write_table(p: Plan, shapes) -> Path:
     from mlagate.kernels import tuned
 
     today = time.strftime("%Y-%m-%d", time.gmtime())
-    table = {} if p.table is not None and not p.table.exists() else tuned.load_table(p.arch, p.table)
-    entries = dict(table.get(p.family, {}))
+    entries = dict(p.committed)
     for sp, s in zip(p.shapes, shapes):
         w = s.winner
         if w is None:
