@@ -76,8 +76,8 @@ def plan(cfg: Config, *, grid_name="quick", family=None, out="out/tune", jobs=1,
                          f"({', '.join(cfg.tune) or 'none'})")
     if jobs < 1:
         raise ValueError(f"--jobs: must be at least 1, got {jobs}")
-    if max_minutes is not None and max_minutes <= 0:
-        raise ValueError(f"--max-minutes: must be > 0, got {max_minutes}")
+    if max_minutes is not None and not 0 < max_minutes < float("inf"):  # NaN fails this too
+        raise ValueError(f"--max-minutes: must be > 0 and finite, got {max_minutes}")
     spec, default = cfg.tune[family], mla_decode.CONFIGS[family]
     space = spec.candidates(default)
     gpus = grid.parse_gpus(gpus)
@@ -103,8 +103,8 @@ def plan(cfg: Config, *, grid_name="quick", family=None, out="out/tune", jobs=1,
         identity = decide.resumed_identity(before, identity, f"--out {out}: {saved}")
     flag = {Mode.REPORT: "", Mode.WRITE: " --write-table", Mode.CHECK: " --check"}[mode]
     return Plan(family, spec.arch, f"{kind}:{spec.arch}", grid_name, mode, folder, Path(table) if table else None,
-                committed, jobs,
-                gpus, max_minutes, f"mlagate tune --grid {grid_name} --config-family {family}{flag}", identity, shapes)
+                committed, jobs, gpus, max_minutes, f"mlagate tune --grid {grid_name} --config-family {family}{flag}",
+                identity, shapes)
 
 
 def gpu_name(gpus) -> str | None:

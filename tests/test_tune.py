@@ -306,6 +306,8 @@ def test_write_table_writes_each_winner_and_keeps_other_shapes(monkeypatch, tmp_
     (["--config-family", "volta"], "--config-family: 'volta' has no search space"),
     (["--jobs", "0"], "--jobs: must be at least 1"),
     (["--max-minutes", "0"], "--max-minutes: must be > 0"),
+    (["--max-minutes", "nan"], "--max-minutes: must be > 0 and finite, got nan"),
+    (["--max-minutes", "inf"], "--max-minutes: must be > 0 and finite, got inf"),
     (["--gpus", "x"], "--gpus must be 'all', a count or a comma-separated list"),
 ])
 def test_bad_input_exits_2_and_writes_nothing(monkeypatch, tmp_path, perf_yml, fake_lowering, capsys, args, message):

@@ -54,7 +54,8 @@ def shape_plan(shape, default, space, committed: dict, arch: str) -> ShapePlan:
     from mlagate.kernels import mla_decode, tuned
 
     entry = committed.get(tuned.shape_key(shape))
-    configs = {tuned.candidate_impl(c): c for c in [default, entry.config if entry else default, *space]}
+    mine = entry.config if entry else default
+    configs = {tuned.candidate_impl(c): c for c in [default, mine, *space]}
     plans, refused = {}, {}
     for impl, config in configs.items():
         try:
@@ -63,7 +64,7 @@ def shape_plan(shape, default, space, committed: dict, arch: str) -> ShapePlan:
             refused[impl] = f"cannot run this shape: {e}"
     dups = duplicates(plans)
     return ShapePlan(shape, {i: configs[i] for i in plans if i not in dups}, dups, refused,
-                     tuned.candidate_impl(default), tuned.candidate_impl(entry.config if entry else default))
+                     tuned.candidate_impl(default), tuned.candidate_impl(mine))
 
 
 @dataclass(frozen=True)
