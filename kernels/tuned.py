@@ -24,11 +24,11 @@ from pathlib import Path
 import yaml
 
 from mlagate.atomic import write_replace
+from mlagate.case import CANDIDATE_MARK, TILELANG_PREFIX
 from mlagate.config_reader import KeyReader, UniqueKeyLoader
 from mlagate.hardware import arch_key
 from mlagate.kernels import mla_decode
 
-TILELANG_PREFIX = "tilelang-"
 VERSION = 1
 TABLE_DIR = Path(__file__).parent / "tuned"
 # The TileConfig fields a tune varies; name and operands_in_shared belong to the family.
@@ -255,7 +255,7 @@ def candidate_impl(config: mla_decode.TileConfig) -> str:
     config.check()
     _check_family(config, config.name)  # the name carries only the tunable fields
     spec = ".".join(f"{tag}{getattr(config, name)}" for name, tag in NAME_TAGS.items())
-    return f"{TILELANG_PREFIX}{config.name}@{spec}"
+    return f"{TILELANG_PREFIX}{config.name}{CANDIDATE_MARK}{spec}"
 
 
 # One spelling per value (no leading zeros, no signs), so a name and its config map one to one.
@@ -264,10 +264,10 @@ _VALUE = {int: re.compile(r"0|[1-9][0-9]*"), str: re.compile(r"[A-Za-z]+")}
 
 def parse_candidate(impl: str) -> mla_decode.TileConfig | None:
     """The config a candidate name stands for; None for a plain name such as 'tilelang-hopper'."""
-    if "@" not in impl:
+    if CANDIDATE_MARK not in impl:
         return None
-    form = f"{TILELANG_PREFIX}<family>@" + ".".join(f"{tag}<{name}>" for name, tag in NAME_TAGS.items())
-    family_name, _, spec = impl.removeprefix(TILELANG_PREFIX).partition("@")
+    form = f"{TILELANG_PREFIX}<family>{CANDIDATE_MARK}" + ".".join(f"{tag}<{name}>" for name, tag in NAME_TAGS.items())
+    family_name, _, spec = impl.removeprefix(TILELANG_PREFIX).partition(CANDIDATE_MARK)
     parts = spec.split(".")
     if not impl.startswith(TILELANG_PREFIX) or len(parts) != len(NAME_TAGS):
         raise ValueError(f"implementation {impl!r}: a candidate name reads {form}")

@@ -7,6 +7,15 @@ from enum import StrEnum
 
 # The fields of a case's key, in order: also asv's parameter names, so stored results key the same way.
 PARAM_NAMES = ("impl", "batch", "seqlen", "dtype", "heads")
+# A TileLang implementation is the prefix and its config family (tilelang-hopper); a tune candidate adds the
+# mark and one config of that family, as kernels/tuned.py spells it (tilelang-hopper@N64.H64.split0...).
+TILELANG_PREFIX = "tilelang-"
+CANDIDATE_MARK = "@"
+
+
+def family_impl(impl: str) -> str:
+    """The implementation a tune candidate is one config of (tilelang-hopper@N64... -> tilelang-hopper)."""
+    return impl.partition(CANDIDATE_MARK)[0]
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from mlagate import config_tune
-from mlagate.case import Case
+from mlagate.case import TILELANG_PREFIX, Case, family_impl
 from mlagate.config_reader import ConfigError, KeyReader, UniqueKeyLoader, open_section_keys
 from mlagate.hardware import arch_key
 
@@ -21,7 +21,7 @@ DTYPES = ("float16", "bfloat16")
 HEADS = (16, 32, 64, 128)
 KNOWN_IMPLS = ("tilelang-hopper", "tilelang-cdna3", "flash_mla", "flashinfer", "aiter", "triton", "torch")
 # The TileLang config families (kernels/mla_decode.py CONFIGS), by their implementations' names.
-TILELANG_FAMILIES = tuple(i.removeprefix("tilelang-") for i in KNOWN_IMPLS if i.startswith("tilelang-"))
+TILELANG_FAMILIES = tuple(i.removeprefix(TILELANG_PREFIX) for i in KNOWN_IMPLS if i.startswith(TILELANG_PREFIX))
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class Config:
     def budget_for(self, impl: str, platform: str) -> str:
         """The gated kernels and the vendor kernel their ratios divide by are measured with the
         record budget; the ungated baselines more cheaply."""
-        family = impl.partition("@")[0]  # a tune candidate (kernels/tuned.py) is measured as its family is
+        family = family_impl(impl)  # a tune candidate is measured as its family is
         return "record" if family in self.gate.gated or impl == self.platform(platform).vendor else "baseline"
 
     def peaks(self, arch: str | None):

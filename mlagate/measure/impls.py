@@ -12,8 +12,8 @@ from functools import partial
 
 import torch
 
+from mlagate.case import TILELANG_PREFIX
 from mlagate.kernels import mla_decode, tuned
-from mlagate.kernels.tuned import TILELANG_PREFIX
 
 
 class Unavailable(Exception):
