@@ -284,6 +284,8 @@ def test_check_exits_1_only_when_the_committed_table_is_beaten(monkeypatch, tmp_
     report = (tmp_path / "out" / "sm_90" / "hopper" / "quick" / "tune.md").read_text()
     assert ("**The committed table is beaten**" in report) == (code == 1)
     assert report.count(f"| `{DEFAULT}` |") == 2  # once per shape, though it is the default and committed
+    row = next(line for line in report.splitlines() if line.startswith(f"| `{N32}` |"))
+    assert row.split(" | ")[3] == f"{100 / n32_us - 1:+.1%}"  # its gain over the default, which measured 100 µs
 
 
 def test_write_table_writes_each_winner_and_keeps_other_shapes(monkeypatch, tmp_path, perf_yml, fake_lowering):

@@ -75,10 +75,14 @@ class Winner:
 
     @property
     def gain(self) -> float | None:
-        """How much faster than the default: default median / winner median - 1."""
-        if self.default is None or self.default.status != RunStatus.OK:
-            return None
-        return self.default.median_ms / self.result.median_ms - 1
+        return gain(self.result, self.default)
+
+
+def gain(result: CaseResult, default: CaseResult | None) -> float | None:
+    """How much faster than the default: default median / this median - 1; None unless both measured."""
+    if default is None or default.status != RunStatus.OK or result.status != RunStatus.OK:
+        return None
+    return default.median_ms / result.median_ms - 1
 
 
 def _measured(result: CaseResult | None) -> bool:

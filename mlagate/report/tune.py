@@ -5,7 +5,7 @@ where the committed table is beaten."""
 import time
 
 from mlagate.case import RunStatus
-from mlagate.decide.tune import DriftKind
+from mlagate.decide.tune import DriftKind, gain
 
 TOP = 5  # fastest candidates listed per shape
 
@@ -16,10 +16,8 @@ def _label(shape: tuple) -> str:
 
 
 def _speedup(result, default) -> str:
-    """How much faster than the default: its median over this one's, - 1."""
-    if result.status != RunStatus.OK or default is None or default.status != RunStatus.OK:
-        return "–"
-    return f"{default.median_ms / result.median_ms - 1:+.1%}"
+    change = gain(result, default)
+    return "–" if change is None else f"{change:+.1%}"
 
 
 def _drift_line(d) -> str:
