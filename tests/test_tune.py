@@ -464,3 +464,20 @@ def test_bench_refuses_an_unknown_implementation_or_a_malformed_candidate(impl, 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the check comes before any GPU work
     assert cli.main(["bench", "--impl", impl]) == 2
     assert impl in capsys.readouterr().err
+
+
+def test_bench_takes_a_well_formed_candidate(monkeypatch, capsys):
+    import torch
+
+    from mlagate.measure import environment
+
+    class PastTheCheck(Exception):
+        pass
+
+    def platform():
+        raise PastTheCheck("the --impl check let it through")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(environment, "platform", platform)  # the first step after the check: stop there
+    assert cli.main(["bench", "--impl", "tilelang-hopper@N64.H64.split0.t256.stages2.FullCol"]) == 2
+    assert "the --impl check let it through" in capsys.readouterr().err
