@@ -175,22 +175,23 @@ def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = Non
     return Plan(shape, config, num_split, split_len, block_H, threads_for(config, block_H, base))
 
 
-def program(p: Plan):
-    """The TileLang program for a plan: split + combine, or no-split."""
-    s, c = p.shape, p.config
-    batch, heads, seqlen, dim, pe_dim = s.batch, s.heads, s.seqlen, s.dim, s.pe_dim
-    dtype, accum = s.dtype, "float32"
-    block_N, block_H = c.block_N, p.block_H
-    num_split, split_len = p.num_split, p.split_len
-    blocks_per_split = split_len // block_N
-    head_blocks = heads // block_H
-    scale = s.scale
-    masked = p.masked
-    policy = getattr(T.GemmWarpPolicy, c.policy)
-    in_shared = c.operands_in_shared
+def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_tile, *, masked: bool,
+                 empty_splits: bool):
+    """The online-softmax ``attend`` macro of both decode kernels (this one and mla_decode_paged.py's).
+
+    ``shape`` gives dtype, dim, pe_dim and scale (a Shape or a PagedShape). ``load_tile(KV, K_pe, Block_table,
+    bx, start, seqlen, KV_shared, K_pe_shared)`` is a macro filling the shared K/V tiles with tokens start ..
+    start + block_N of sequence bx. ``masked``: scores of tokens at or past ``seqlen`` become -inf.
+    ``empty_splits``: a split may run no tile, so a zero logsum gives output 0 instead of 0 / 0.
+    """
+    dtype, accum = shape.dtype, "float32"
+    dim, pe_dim, scale = shape.dim, shape.pe_dim, shape.scale
+    block_N = config.block_N
+    policy = getattr(T.GemmWarpPolicy, config.policy)
+    in_shared = config.operands_in_shared
 
     @T.macro
-    def attend(Q, Q_pe, KV, K_pe, bx, by, first_token, n_blocks, acc_o, logsum, scores_max):
+    def attend(Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max):
         """Online softmax over n_blocks K/V tiles from first_token on."""
         if in_shared:
             Q_buf = T.alloc_shared([block_H, dim], dtype)
@@ -212,10 +213,9 @@ def program(p: Plan):
         T.fill(acc_o, 0)
         T.fill(logsum, 0)
         T.fill(scores_max, -T.infinity(accum))
-        for k in T.Pipelined(n_blocks, num_stages=c.num_stages):
+        for k in T.Pipelined(n_blocks, num_stages=num_stages):
             start = first_token + k * block_N
-            T.copy(KV[bx, start:start + block_N, 0, :], KV_shared)
-            T.copy(K_pe[bx, start:start + block_N, 0, :], K_pe_shared)
+            load_tile(KV, K_pe, Block_table, bx, start, seqlen, KV_shared, K_pe_shared)
             T.gemm(Q_buf, KV_shared, acc_s, transpose_B=True, policy=policy, clear_accum=True)
             T.gemm(Q_pe_buf, K_pe_shared, acc_s, transpose_B=True, policy=policy)
             if masked:
@@ -234,8 +234,36 @@ def program(p: Plan):
             for i, j in T.Parallel(block_H, dim):
                 acc_o[i, j] *= scores_scale[i]
             T.gemm(P_buf, KV_shared, acc_o, policy=policy)
-        for i, j in T.Parallel(block_H, dim):
-            acc_o[i, j] /= logsum[i]
+        if empty_splits:
+            for i, j in T.Parallel(block_H, dim):
+                acc_o[i, j] = T.if_then_else(logsum[i] > 0, acc_o[i, j] / logsum[i], 0)
+        else:
+            for i, j in T.Parallel(block_H, dim):
+                acc_o[i, j] /= logsum[i]
+
+    return attend
+
+
+def program(p: Plan):
+    """The TileLang program for a plan: split + combine, or no-split."""
+    s, c = p.shape, p.config
+    batch, heads, seqlen, dim, pe_dim = s.batch, s.heads, s.seqlen, s.dim, s.pe_dim
+    dtype, accum = s.dtype, "float32"
+    block_N, block_H = c.block_N, p.block_H
+    num_split, split_len = p.num_split, p.split_len
+    blocks_per_split = split_len // block_N
+    head_blocks = heads // block_H
+    scale = s.scale
+    in_shared = c.operands_in_shared
+
+    @T.macro
+    def load_tile(KV, K_pe, Block_table, bx, start, seqlen, KV_shared, K_pe_shared):
+        """Tokens start .. start + block_N of sequence bx, read in place (no block table)."""
+        T.copy(KV[bx, start:start + block_N, 0, :], KV_shared)
+        T.copy(K_pe[bx, start:start + block_N, 0, :], K_pe_shared)
+
+    # Only a tail tile needs the mask, and every split holds tokens.
+    attend = attend_macro(s, c, block_H, c.num_stages, load_tile, masked=p.masked, empty_splits=False)
 
     @T.prim_func
     def main_split(
@@ -253,7 +281,8 @@ def program(p: Plan):
             logsum = T.alloc_fragment([block_H], accum)
             scores_max = T.alloc_fragment([block_H], accum)
             T.use_swizzle(10)
-            attend(Q, Q_pe, KV, K_pe, bx, by, bz * split_len, blocks_per_split, acc_o, logsum, scores_max)
+            attend(Q, Q_pe, KV, K_pe, None, bx, by, seqlen, bz * split_len, blocks_per_split, acc_o, logsum,
+                   scores_max)
             for i in T.Parallel(block_H):
                 logsum[i] = T.log2(logsum[i]) + scores_max[i] * scale
             T.copy(logsum, glse[bx, by * block_H:(by + 1) * block_H, bz])
@@ -294,7 +323,7 @@ def program(p: Plan):
             logsum = T.alloc_fragment([block_H], accum)
             scores_max = T.alloc_fragment([block_H], accum)
             T.use_swizzle(10)
-            attend(Q, Q_pe, KV, K_pe, bx, by, 0, blocks_per_split, acc_o, logsum, scores_max)
+            attend(Q, Q_pe, KV, K_pe, None, bx, by, seqlen, 0, blocks_per_split, acc_o, logsum, scores_max)
             for i in T.Parallel(block_H):
                 logsum[i] = (T.log2(logsum[i]) + scores_max[i] * scale) * LN2
             T.copy(logsum, Lse[bx, by * block_H:(by + 1) * block_H])

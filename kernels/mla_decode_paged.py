@@ -1,0 +1,430 @@
+"""TileLang FlashMLA decode over a paged KV cache, for ragged batches.
+
+Serving keeps the latent KV cache in pages of ``page_size`` tokens: sequence b
+owns the pages ``block_table[b, :ceil(len_b / page_size)]``, in any order, and
+its length ``cache_seqlens[b]`` is runtime data. The kernel is compiled per
+(batch, heads, max_pages, page_size, dtype, config, arch); the number of pages
+in the cache is a runtime dimension.
+
+Tiles and pages: a K/V tile of ``block_N`` tokens starts at a multiple of
+block_N. Where page_size is a multiple of block_N the tile lies in one page and
+is one copy (TMA on Hopper); otherwise (page_size 1, say) each token row is
+gathered through the block table.
+
+Splits (FlashDecoding) reuse kernels/mla_decode.py's rules: a fixed
+``num_split`` per launch, the "fill the device" count over the batch x head
+blocks, capped where no sequence could fill more. Sequence b's split covers
+``ceil(len_b / num_split)`` tokens rounded up to block_N; a split that starts
+past len_b runs no tile and writes a neutral partial (lse -inf, output 0), and
+the combine reads only the splits that hold tokens.
+
+Bounds: a tile is loaded only when it starts before len_b, so the block table
+is read at most at the sequence's last page; a gathered row past len_b re-reads
+the last token (its score is masked). The host checks lengths and the used
+table entries before a launch. Rows past len_b inside a tile-path page are read
+and masked out of the softmax, so they must hold finite values (stale is fine).
+"""
+
+import math
+from dataclasses import dataclass
+
+import tilelang
+import tilelang.language as T
+
+from mlagate.kernels import mla_decode as dense
+from mlagate.kernels.mla_decode import (DTYPES, LN2, LOG2E, PASS_CONFIGS, TileConfig, check_device,
+                                        device_arch, target_for)
+
+
+@dataclass(frozen=True)
+class PagedShape:
+    batch: int
+    heads: int
+    max_pages: int  # block table entries per sequence
+    page_size: int
+    dtype: str = "float16"
+    dim: int = 512
+    pe_dim: int = 64
+
+    @property
+    def capacity(self) -> int:
+        """The longest sequence the block table can hold."""
+        return self.max_pages * self.page_size
+
+    @property
+    def scale(self) -> float:
+        """Softmax scale folded with log2(e), so the kernel can use exp2."""
+        return (self.dim + self.pe_dim) ** -0.5 * LOG2E
+
+    def dense(self) -> dense.Shape:
+        """The dense shape of a batch at full capacity, for the dense kernel's split and thread rules."""
+        return dense.Shape(batch=self.batch, seqlen=self.capacity, heads=self.heads, dtype=self.dtype,
+                           dim=self.dim, pe_dim=self.pe_dim)
+
+    def check(self) -> None:
+        for name in ("batch", "heads", "max_pages", "page_size", "dim", "pe_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+
+
+@dataclass(frozen=True)
+class PagedPlan:
+    shape: PagedShape
+    config: TileConfig
+    num_split: int  # per launch; a short sequence leaves its later splits empty
+    block_H: int
+    threads: int
+
+    @property
+    def gather(self) -> bool:
+        """Whether tiles are gathered row by row: a page does not hold whole tiles."""
+        return self.shape.page_size % self.config.block_N != 0
+
+    @property
+    def num_stages(self) -> int:
+        """The config's stages; at most one for a gathered tile: TileLang 0.1.15 drains a deeper
+        cp.async pipeline over a runtime tile count with a wait count that varies per epilogue
+        step, which its CUDA code generation cannot emit ("Downcast from tirx.Sub to IntImm")."""
+        return min(self.config.num_stages, 1) if self.gather else self.config.num_stages
+
+
+def plan(shape: PagedShape, config: TileConfig, arch: str, sm_count: int | None = None) -> PagedPlan:
+    """The dense plan at full capacity: its split count is the fill rule's, capped at the tiles
+    the longest possible sequence has; its head block and threads are the dense kernel's."""
+    shape.check()
+    p = dense.plan(shape.dense(), config, arch, sm_count)
+    return PagedPlan(shape, config, p.num_split, p.block_H, p.threads)
+
+
+def split_tokens(seqlen, num_split: int, block_N: int):
+    """Tokens per split of one sequence (an int, or the kernel's expression of its runtime length):
+    a whole number of tiles, so no tile crosses a split, and num_split of them cover the sequence."""
+    return T.ceildiv(T.ceildiv(seqlen, num_split), block_N) * block_N
+
+
+def program(p: PagedPlan):
+    """The TileLang program for a plan: split + combine, or no-split."""
+    s, c = p.shape, p.config
+    batch, heads, max_pages, page_size, dim, pe_dim = s.batch, s.heads, s.max_pages, s.page_size, s.dim, s.pe_dim
+    dtype, accum, index = s.dtype, "float32", "int32"
+    block_N, block_H, num_split = c.block_N, p.block_H, p.num_split
+    head_blocks = heads // block_H
+    scale = s.scale
+    in_shared = c.operands_in_shared
+    gather = p.gather
+    num_pages = T.dynamic("num_pages")
+
+    @T.macro
+    def load_tile(KV, K_pe, Block_table, bx, start, seqlen, KV_shared, K_pe_shared):
+        """Tokens start .. start + block_N of sequence bx; start < seqlen."""
+        if gather:
+            for r, d in T.Parallel(block_N, dim):
+                token = T.min(start + r, seqlen - 1)  # past the end: a valid row, masked later
+                KV_shared[r, d] = KV[Block_table[bx, token // page_size], token % page_size, d]
+            for r, d in T.Parallel(block_N, pe_dim):
+                token = T.min(start + r, seqlen - 1)
+                K_pe_shared[r, d] = K_pe[Block_table[bx, token // page_size], token % page_size, d]
+        else:
+            page = Block_table[bx, start // page_size]
+            offset = start % page_size
+            T.copy(KV[page, offset:offset + block_N, :], KV_shared)
+            T.copy(K_pe[page, offset:offset + block_N, :], K_pe_shared)
+
+    # Lengths are runtime data: every tile may hold a tail, and a split past a sequence's end none.
+    attend = dense.attend_macro(s, c, block_H, p.num_stages, load_tile, masked=True, empty_splits=True)
+
+    @T.prim_func
+    def main_split(
+            Q: T.Tensor([batch, heads, dim], dtype),
+            Q_pe: T.Tensor([batch, heads, pe_dim], dtype),
+            KV: T.Tensor([num_pages, page_size, dim], dtype),
+            K_pe: T.Tensor([num_pages, page_size, pe_dim], dtype),
+            Block_table: T.Tensor([batch, max_pages], index),
+            Cache_seqlens: T.Tensor([batch], index),
+            glse: T.Tensor([batch, heads, num_split], accum),
+            O_partial: T.Tensor([batch, heads, num_split, dim], accum),
+            Output: T.Tensor([batch, heads, dim], dtype),
+            Lse: T.Tensor([batch, heads], accum),
+    ):
+        with T.Kernel(batch, head_blocks, num_split, threads=p.threads) as (bx, by, bz):
+            acc_o = T.alloc_fragment([block_H, dim], accum)
+            logsum = T.alloc_fragment([block_H], accum)
+            scores_max = T.alloc_fragment([block_H], accum)
+            T.use_swizzle(10)
+            seqlen = Cache_seqlens[bx]
+            split_len = split_tokens(seqlen, num_split, block_N)
+            first_token = bz * split_len
+            # Tiles up to the split's end or the sequence's, whichever is first: none for a split past the end.
+            n_blocks = T.ceildiv(T.max(T.min(split_len, seqlen - first_token), 0), block_N)
+            attend(Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max)
+            for i in T.Parallel(block_H):
+                logsum[i] = T.if_then_else(logsum[i] > 0, T.log2(logsum[i]) + scores_max[i] * scale,
+                                           -T.infinity(accum))
+            T.copy(logsum, glse[bx, by * block_H:(by + 1) * block_H, bz])
+            T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
+
+        with T.Kernel(heads, batch, threads=128) as (hid, bid):
+            o_accum = T.alloc_fragment([dim], accum)
+            lse_max = T.alloc_local([1], accum)
+            lse_sum = T.alloc_local([1], accum)
+            weight = T.alloc_local([1], accum)
+            seqlen = Cache_seqlens[bid]
+            live_splits = T.ceildiv(seqlen, split_tokens(seqlen, num_split, block_N))  # split 0 always holds a token
+            T.clear(o_accum)
+            lse_max[0] = -T.infinity(accum)
+            lse_sum[0] = 0
+            for k in T.serial(live_splits):
+                lse_max[0] = T.max(lse_max[0], glse[bid, hid, k])
+            for k in T.serial(live_splits):
+                lse_sum[0] += T.exp2(glse[bid, hid, k] - lse_max[0])
+            lse_sum[0] = T.log2(lse_sum[0]) + lse_max[0]
+            for k in T.serial(live_splits):
+                weight[0] = T.exp2(glse[bid, hid, k] - lse_sum[0])
+                for i in T.Parallel(dim):
+                    o_accum[i] += O_partial[bid, hid, k, i] * weight[0]
+            for i in T.Parallel(dim):
+                Output[bid, hid, i] = o_accum[i]
+            Lse[bid, hid] = lse_sum[0] * LN2
+
+    @T.prim_func
+    def main_no_split(
+            Q: T.Tensor([batch, heads, dim], dtype),
+            Q_pe: T.Tensor([batch, heads, pe_dim], dtype),
+            KV: T.Tensor([num_pages, page_size, dim], dtype),
+            K_pe: T.Tensor([num_pages, page_size, pe_dim], dtype),
+            Block_table: T.Tensor([batch, max_pages], index),
+            Cache_seqlens: T.Tensor([batch], index),
+            Output: T.Tensor([batch, heads, dim], dtype),
+            Lse: T.Tensor([batch, heads], accum),
+    ):
+        with T.Kernel(batch, head_blocks, threads=p.threads) as (bx, by):
+            acc_o = T.alloc_fragment([block_H, dim], accum)
+            logsum = T.alloc_fragment([block_H], accum)
+            scores_max = T.alloc_fragment([block_H], accum)
+            T.use_swizzle(10)
+            seqlen = Cache_seqlens[bx]
+            attend(Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, 0, T.ceildiv(seqlen, block_N),
+                   acc_o, logsum, scores_max)
+            for i in T.Parallel(block_H):
+                logsum[i] = (T.log2(logsum[i]) + scores_max[i] * scale) * LN2
+            T.copy(logsum, Lse[bx, by * block_H:(by + 1) * block_H])
+            if in_shared:
+                O_shared = T.alloc_shared([block_H, dim], dtype)
+                T.copy(acc_o, O_shared)
+                T.copy(O_shared, Output[bx, by * block_H:(by + 1) * block_H, :])
+            else:
+                T.copy(acc_o, Output[bx, by * block_H:(by + 1) * block_H, :])
+
+    return main_split if num_split > 1 else main_no_split
+
+
+# ----------------------------------------------------------------------------
+# Compilation and the Python entry point.
+
+def lowered(p: PagedPlan, arch: str):
+    """TileLang's lowered artifact of a plan (device module and source), without a GPU."""
+    from tvm.target import Target
+
+    target = target_for(arch)
+    with tilelang.transform.PassContext(config=PASS_CONFIGS), Target(target):
+        return tilelang.lower(program(p), target=target)
+
+
+def lower(shape: PagedShape, config: TileConfig, arch: str) -> str:
+    """Device source code for one kernel, without a GPU (codegen only)."""
+    return lowered(plan(shape, config, arch), arch).kernel_source
+
+
+class CompiledPagedDecode:
+    """A compiled kernel for one (shape, config), with its workspace."""
+
+    def __init__(self, shape: PagedShape, config: TileConfig, arch: str, sm_count: int):
+        self.plan = plan(shape, config, arch, sm_count)
+        self.arch = arch
+        self.kernel = tilelang.compile(program(self.plan), target=target_for(arch), pass_configs=PASS_CONFIGS)
+        self._workspace = {}
+
+    def workspace(self, device):
+        import torch
+
+        if device not in self._workspace:
+            s, n = self.plan.shape, self.plan.num_split
+            self._workspace[device] = (
+                torch.empty(s.batch, s.heads, n, device=device, dtype=torch.float32),
+                torch.empty(s.batch, s.heads, n, s.dim, device=device, dtype=torch.float32),
+            )
+        return self._workspace[device]
+
+    def __call__(self, q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse):
+        """Launch on checked inputs; writes ``out`` and ``lse`` in place."""
+        args = (q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens)
+        if self.plan.num_split > 1:
+            self.kernel(*args, *self.workspace(q.device), out, lse)
+        else:
+            self.kernel(*args, out, lse)
+        return out, lse
+
+
+_compiled: dict = {}
+
+
+def compiled(shape: PagedShape, config: TileConfig, device=None) -> CompiledPagedDecode:
+    """Compile once per (shape, config, device architecture) in this process."""
+    import torch
+
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    arch = device_arch(device)
+    key = (shape, config, arch)
+    if key not in _compiled:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        _compiled[key] = CompiledPagedDecode(shape, config, arch, sms)
+    return _compiled[key]
+
+
+def check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens) -> PagedShape:
+    """Validate paged decode inputs before any launch; returns their PagedShape.
+
+    Layout: q [batch, heads, dim], q_pe [batch, heads, pe_dim], kv_cache [num_pages, page_size, dim],
+    k_pe_cache [num_pages, page_size, pe_dim], block_table [batch, max_pages] int32,
+    cache_seqlens [batch] int32. Reads the lengths and the used table entries (a host sync).
+    """
+    import torch
+
+    named = {"q": q, "q_pe": q_pe, "kv_cache": kv_cache, "k_pe_cache": k_pe_cache,
+             "block_table": block_table, "cache_seqlens": cache_seqlens}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: must be a torch.Tensor, got {type(t).__name__}")
+    for name in ("q", "q_pe", "kv_cache", "k_pe_cache"):
+        t = named[name]
+        if t.dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"{name}: dtype must be float16 or bfloat16, got {t.dtype}")
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}; all inputs must share one dtype")
+    for name in ("block_table", "cache_seqlens"):
+        if named[name].dtype != torch.int32:
+            raise ValueError(f"{name}: dtype must be torch.int32, got {named[name].dtype}")
+    for name, ndim in (("q", 3), ("q_pe", 3), ("kv_cache", 3), ("k_pe_cache", 3), ("block_table", 2),
+                       ("cache_seqlens", 1)):
+        if named[name].dim() != ndim:
+            raise ValueError(f"{name}: must have {ndim} dimensions, got shape {tuple(named[name].shape)}")
+    batch, heads, dim = q.shape
+    num_pages, page_size, pe_dim = kv_cache.shape[0], kv_cache.shape[1], q_pe.shape[2]
+    max_pages = block_table.shape[1]
+    for name, value in (("q: batch", batch), ("kv_cache: num_pages", num_pages),
+                        ("kv_cache: page_size", page_size), ("block_table: max_pages", max_pages)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    expected = {
+        "q_pe": (batch, heads, pe_dim),
+        "kv_cache": (num_pages, page_size, dim),
+        "k_pe_cache": (num_pages, page_size, pe_dim),
+        "block_table": (batch, max_pages),
+        "cache_seqlens": (batch,),
+    }
+    for name, want in expected.items():
+        if tuple(named[name].shape) != want:
+            raise ValueError(f"{name}: shape must be {want} to match q {tuple(q.shape)}, q_pe, kv_cache "
+                             f"{tuple(kv_cache.shape)} and block_table, got {tuple(named[name].shape)}")
+    for name, t in named.items():
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous (call .contiguous())")
+    for name in ("q", "q_pe"):
+        if not bool(torch.isfinite(named[name]).all()):
+            raise ValueError(f"{name}: contains NaN or Inf")
+    lengths = cache_seqlens.tolist()
+    capacity = max_pages * page_size
+    for b, n in enumerate(lengths):
+        if not 1 <= n <= capacity:
+            raise ValueError(f"cache_seqlens: sequence {b} has length {n}; each must be >= 1 and <= "
+                             f"max_pages * page_size = {capacity}")
+    pages_used = torch.tensor([math.ceil(n / page_size) for n in lengths], device=block_table.device)
+    used = torch.arange(max_pages, device=block_table.device)[None, :] < pages_used[:, None]
+    ids = block_table[used]
+    if bool(((ids < 0) | (ids >= num_pages)).any()):
+        raise ValueError(f"block_table: a sequence's page id is outside 0 .. {num_pages - 1} (num_pages) "
+                         f"within its first ceil(length / page_size) entries")
+    check_device(named)
+    dtype = "float16" if q.dtype == torch.float16 else "bfloat16"
+    shape = PagedShape(batch=batch, heads=heads, max_pages=max_pages, page_size=page_size, dtype=dtype,
+                       dim=dim, pe_dim=pe_dim)
+    shape.check()
+    return shape
+
+
+def mla_decode_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, *,
+                     config: TileConfig | None = None, return_lse: bool = False):
+    """MLA decode over a paged KV cache: per sequence b, softmax(q·kᵀ / sqrt(dim + pe_dim)) · v
+    over its cache_seqlens[b] tokens, found through block_table[b].
+
+    Returns ``out`` [batch, heads, dim] in the input dtype, and with ``return_lse`` also the
+    natural-log log-sum-exp [batch, heads] (float32). ``config`` defaults to the device
+    architecture's family config.
+    """
+    import torch
+
+    shape = check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens)
+    config = config or dense.config_for_arch(device_arch(q.device))
+    kernel = compiled(shape, config, q.device)
+    out = torch.empty_like(q)
+    lse = torch.empty(shape.batch, shape.heads, device=q.device, dtype=torch.float32)
+    kernel(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse)
+    return (out, lse) if return_lse else out
+
+
+# ----------------------------------------------------------------------------
+# Reference and inputs.
+
+def gather_sequence(kv_cache, block_table, b: int, length: int):
+    """Sequence b's first ``length`` cache rows, in token order, through its block table."""
+    page_size = kv_cache.shape[1]
+    pages = block_table[b, :math.ceil(length / page_size)].long()
+    return kv_cache[pages].reshape(-1, kv_cache.shape[2])[:length]
+
+
+def reference_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, compute_dtype=None):
+    """kernels/mla_decode.py's dense reference, per sequence, on the tokens its block table
+    names: float32 out [batch, heads, dim] and natural-log lse [batch, heads]."""
+    import torch
+
+    outs, lses = [], []
+    for b, length in enumerate(cache_seqlens.tolist()):
+        kv = gather_sequence(kv_cache, block_table, b, length)[None, :, None]
+        k_pe = gather_sequence(k_pe_cache, block_table, b, length)[None, :, None]
+        out, lse = dense.reference(q[b:b + 1], q_pe[b:b + 1], kv, k_pe, compute_dtype)
+        outs.append(out)
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses)
+
+
+def random_paged_inputs(batch: int, heads: int, lengths, page_size: int, dtype: str = "float16",
+                        device="cpu", seed: int = 0, shuffle: bool = True, dim: int = 512, pe_dim: int = 64):
+    """Seeded standard-normal inputs for sequences of ``lengths`` tokens: q, q_pe, kv_cache,
+    k_pe_cache, block_table, cache_seqlens. The cache holds exactly the pages the sequences use,
+    handed out in a shuffled order (``shuffle``) or in sequence order; unused table entries are -1."""
+    import torch
+
+    lengths = list(lengths)
+    if len(lengths) != batch or min(lengths) < 1:
+        raise ValueError(f"lengths: need {batch} lengths (one per sequence), each >= 1, got {lengths}")
+    gen = torch.Generator(device=device).manual_seed(seed)
+    torch_dtype = getattr(torch, dtype)
+
+    def randn(*size):
+        return torch.randn(*size, generator=gen, device=device, dtype=torch.float32).to(torch_dtype)
+
+    pages_per_seq = [math.ceil(n / page_size) for n in lengths]
+    num_pages, max_pages = sum(pages_per_seq), max(pages_per_seq)
+    order = torch.randperm(num_pages, generator=gen, device=device) if shuffle else \
+        torch.arange(num_pages, device=device)
+    block_table = torch.full((batch, max_pages), -1, dtype=torch.int32, device=device)
+    taken = 0
+    for b, n in enumerate(pages_per_seq):
+        block_table[b, :n] = order[taken:taken + n].to(torch.int32)
+        taken += n
+    cache_seqlens = torch.tensor(lengths, dtype=torch.int32, device=device)
+    return (randn(batch, heads, dim), randn(batch, heads, pe_dim), randn(num_pages, page_size, dim),
+            randn(num_pages, page_size, pe_dim), block_table, cache_seqlens)

@@ -1,0 +1,172 @@
+"""The paged decode without a GPU: its reference, its inputs, its validation and its lowering."""
+
+import math
+import re
+
+import pytest
+import torch
+
+from mlagate.kernels import mla_decode as m
+from mlagate.kernels import mla_decode_paged as p
+from test_kernel_cpu import MMA_CALLS, kernel_body
+
+
+def paged_from_dense(kv, k_pe, page_size, seed):
+    """A paged cache holding dense [batch, seqlen, 1, dim] tensors, pages handed out in a
+    shuffled order, unused table entries -1: written here by scattering, not by the module's gather."""
+    batch, seqlen = kv.shape[:2]
+    per_seq = math.ceil(seqlen / page_size)
+    order = torch.randperm(batch * per_seq, generator=torch.Generator().manual_seed(seed))
+    kv_cache = torch.zeros(batch * per_seq, page_size, kv.shape[-1], dtype=kv.dtype)
+    k_pe_cache = torch.zeros(batch * per_seq, page_size, k_pe.shape[-1], dtype=kv.dtype)
+    block_table = torch.full((batch, per_seq + 2), -1, dtype=torch.int32)
+    for b in range(batch):
+        block_table[b, :per_seq] = order[b * per_seq:(b + 1) * per_seq].to(torch.int32)
+        for t in range(seqlen):
+            page, row = block_table[b, t // page_size], t % page_size
+            kv_cache[page, row] = kv[b, t, 0]
+            k_pe_cache[page, row] = k_pe[b, t, 0]
+    return kv_cache, k_pe_cache, block_table
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+def test_reference_paged_equals_the_dense_reference_on_shuffled_pages(page_size):
+    shape = m.Shape(batch=3, seqlen=100, heads=4, dim=32, pe_dim=8)
+    q, q_pe, kv, k_pe = m.random_inputs(shape, seed=page_size)
+    kv_cache, k_pe_cache, block_table = paged_from_dense(kv, k_pe, page_size, seed=page_size)
+    seqlens = torch.full((3,), 100, dtype=torch.int32)
+    out, lse = p.reference_paged(q, q_pe, kv_cache, k_pe_cache, block_table, seqlens)
+    want_out, want_lse = m.reference(q, q_pe, kv, k_pe)
+    torch.testing.assert_close(out, want_out, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["contiguous", "shuffled"])
+def test_reference_paged_reads_each_sequence_through_its_own_table(shuffle):
+    """A length-1 sequence beside a long one: each is the dense reference on its own tokens."""
+    lengths = [1, 300, 64]
+    q, q_pe, kv_cache, k_pe_cache, table, seqlens = p.random_paged_inputs(3, 4, lengths, 64, seed=3, shuffle=shuffle,
+                                                                          dim=32, pe_dim=8)
+    out, lse = p.reference_paged(q, q_pe, kv_cache, k_pe_cache, table, seqlens)
+    for b, n in enumerate(lengths):
+        tokens = [(int(table[b, t // 64]), t % 64) for t in range(n)]
+        kv = torch.stack([kv_cache[pg, r] for pg, r in tokens])[None, :, None]
+        k_pe = torch.stack([k_pe_cache[pg, r] for pg, r in tokens])[None, :, None]
+        want_out, want_lse = m.reference(q[b:b + 1], q_pe[b:b + 1], kv, k_pe)
+        torch.testing.assert_close(out[b:b + 1], want_out, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(lse[b:b + 1], want_lse, rtol=1e-6, atol=1e-6)
+    # one token: the output is that token's latent vector, whatever the query
+    torch.testing.assert_close(out[0], kv_cache[table[0, 0].long(), 0].float().expand(4, -1))
+
+
+def test_random_paged_inputs_shuffle_pages_and_mark_unused_entries():
+    q, q_pe, kv_cache, k_pe_cache, table, seqlens = p.random_paged_inputs(2, 16, [5, 130], 64, "bfloat16", seed=7)
+    assert q.shape == (2, 16, 512) and q_pe.shape == (2, 16, 64) and q.dtype == torch.bfloat16
+    assert kv_cache.shape == (4, 64, 512) and k_pe_cache.shape == (4, 64, 64)
+    assert table.dtype == seqlens.dtype == torch.int32 and seqlens.tolist() == [5, 130]
+    assert table.shape == (2, 3) and table[0, 1:].tolist() == [-1, -1]
+    assert sorted(table[table >= 0].tolist()) == [0, 1, 2, 3]
+    contiguous = p.random_paged_inputs(2, 16, [5, 130], 64, "bfloat16", seed=7, shuffle=False)[4]
+    assert contiguous[1].tolist() == [1, 2, 3]
+    again = p.random_paged_inputs(2, 16, [5, 130], 64, "bfloat16", seed=7)
+    assert torch.equal(again[4], table) and torch.equal(again[2], kv_cache)
+    with pytest.raises(ValueError, match="lengths: need 2 lengths"):
+        p.random_paged_inputs(2, 16, [5], 64)
+
+
+def good_inputs(**changes):
+    q, q_pe, kv_cache, k_pe_cache, table, seqlens = p.random_paged_inputs(2, 16, [3, 40], 16, seed=0, dim=32, pe_dim=8)
+    args = {"q": q, "q_pe": q_pe, "kv_cache": kv_cache, "k_pe_cache": k_pe_cache, "block_table": table,
+            "cache_seqlens": seqlens}
+    args.update(changes)
+    return args
+
+
+@pytest.mark.parametrize("changes,message", [
+    (lambda a: {"q": a["q"].float()}, "q: dtype must be float16 or bfloat16"),
+    (lambda a: {"kv_cache": a["kv_cache"].bfloat16()}, "kv_cache: dtype torch.bfloat16 differs from q's"),
+    (lambda a: {"block_table": a["block_table"].long()}, "block_table: dtype must be torch.int32"),
+    (lambda a: {"cache_seqlens": a["cache_seqlens"].long()}, "cache_seqlens: dtype must be torch.int32"),
+    (lambda a: {"k_pe_cache": a["k_pe_cache"][None]}, "k_pe_cache: must have 3 dimensions"),
+    (lambda a: {"k_pe_cache": a["k_pe_cache"][:, :8]}, r"k_pe_cache: shape must be \(4, 16, 8\)"),
+    (lambda a: {"block_table": a["block_table"][:1]}, r"block_table: shape must be \(2, 3\)"),
+    (lambda a: {"cache_seqlens": a["cache_seqlens"][:1]}, r"cache_seqlens: shape must be \(2,\)"),
+    (lambda a: {"block_table": a["block_table"].t().contiguous().t()}, "block_table: must be contiguous"),
+    (lambda a: {"cache_seqlens": torch.tensor([0, 40], dtype=torch.int32)},
+     r"cache_seqlens: sequence 0 has length 0; each must be >= 1 and <= max_pages \* page_size = 48"),
+    (lambda a: {"cache_seqlens": torch.tensor([3, 49], dtype=torch.int32)}, "cache_seqlens: sequence 1 has length 49"),
+    (lambda a: {"block_table": a["block_table"].clone().fill_(-1)}, r"block_table: a sequence's page id is outside 0 \.\. 3"),
+    (lambda a: {"block_table": a["block_table"].clone().index_fill_(1, torch.tensor([0]), 4)}, "block_table: a sequence"),
+    (lambda a: {"q_pe": a["q_pe"].clone().fill_(float("nan"))}, "q_pe: contains NaN or Inf"),
+    (lambda a: {"block_table": [[0]]}, "block_table: must be a torch.Tensor"),
+    (lambda a: {}, "q: must be on a GPU"),
+])
+def test_invalid_inputs_name_the_argument_and_rule(changes, message):
+    args = good_inputs()
+    args.update(changes(args))
+    with pytest.raises(ValueError, match=message):
+        p.mla_decode_paged(**args)
+
+
+def test_unused_table_entries_may_hold_anything(monkeypatch):
+    """Entries past a sequence's last page are never read: -1 or garbage there is valid."""
+    monkeypatch.setattr(p, "check_device", lambda named: None)
+    args = good_inputs()
+    table = args["block_table"].clone()
+    assert table[0, 1:].tolist() == [-1, -1]  # 3 tokens in one page of 16
+    table[0, 1:] = 1 << 30
+    assert p.check_paged_inputs(**{**args, "block_table": table}) == p.PagedShape(
+        batch=2, heads=16, max_pages=3, page_size=16, dim=32, pe_dim=8)
+
+
+@pytest.mark.parametrize("lengths,num_split,split_tokens", [
+    ([1, 32768], 4, [64, 8192]),   # one tile for the short sequence: its splits 1..3 are empty
+    ([4097], 4, [1088]),           # ceil(4097 / 4) = 1025, rounded up to 17 tiles
+    ([63, 64, 65], 2, [64, 64, 64]),
+])
+def test_splits_fit_each_sequence(lengths, num_split, split_tokens):
+    """Tokens per split, as the kernel computes them from each runtime length: whole tiles, and
+    num_split of them cover the sequence."""
+    for n, want in zip(lengths, split_tokens):
+        got = p.split_tokens(n, num_split, m.HOPPER.block_N)
+        assert got == want and got % m.HOPPER.block_N == 0 and num_split * got >= n
+
+
+def test_the_split_count_is_the_dense_fill_rule_capped_by_the_table():
+    one = p.PagedShape(batch=1, heads=128, max_pages=2048, page_size=64)
+    assert p.plan(one, m.HOPPER, "sm_90a").num_split == 32
+    assert p.plan(p.PagedShape(batch=1, heads=128, max_pages=2, page_size=64), m.HOPPER, "sm_90a").num_split == 2
+    assert p.plan(p.PagedShape(batch=132, heads=128, max_pages=64, page_size=64), m.HOPPER, "sm_90a").num_split == 1
+    assert p.plan(p.PagedShape(batch=4, heads=16, max_pages=64, page_size=1), m.CDNA3, "gfx942").num_split == 2
+    assert p.plan(one, m.HOPPER, "sm_90a").gather is False
+    assert p.plan(one.__class__(1, 128, 2048, 1), m.HOPPER, "sm_90a").gather is True
+    assert p.plan(one, m.CDNA3, "gfx942").gather is False  # 64-token pages hold two 32-token tiles
+
+
+# The lowerings, few: each takes seconds on a CPU. (arch, config, page_size, heads, batch, max_pages):
+# both targets, both configs, both tile paths (gathered rows at page 1, one page per tile at 64),
+# split + combine and no-split.
+LOWERINGS = [
+    ("sm_90a", "hopper", 64, 128, 1, 2048),
+    ("sm_90a", "hopper", 1, 16, 1, 131072),
+    ("sm_90a", "hopper", 64, 128, 132, 64),
+    ("sm_90a", "cdna3", 1, 16, 2, 4096),
+    ("gfx942", "cdna3", 64, 16, 1, 2048),
+    ("gfx942", "cdna3", 1, 128, 1, 131072),
+    ("gfx942", "cdna3", 64, 128, 304, 16),
+]
+
+
+@pytest.mark.parametrize("arch,config,page_size,heads,batch,max_pages", LOWERINGS)
+def test_paged_kernels_lower_without_a_gpu(arch, config, page_size, heads, batch, max_pages):
+    shape = p.PagedShape(batch=batch, heads=heads, max_pages=max_pages, page_size=page_size)
+    cfg = m.CONFIGS[config]
+    plan = p.plan(shape, cfg, arch)
+    source = p.lower(shape, cfg, arch)
+    body = kernel_body(source)
+    marker = "mfma" if arch == "gfx942" else "wgmma" if config == "hopper" and heads >= 64 else "mma"
+    assert len(re.findall(MMA_CALLS[marker], body)) >= 3, marker
+    assert "Block_table" in body and "Cache_seqlens" in body
+    assert source.count("__global__ void") >= (2 if plan.num_split > 1 else 1)
+    if arch == "sm_90a" and config == "hopper" and not plan.gather:
+        assert "tma_load(KV_desc" in body  # a whole page-resident tile is one TMA copy
