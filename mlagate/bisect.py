@@ -85,20 +85,20 @@ def run_bisect(cfg: Config, *, bad_rev: str, results: Path, machine: str, good_r
 
 def _measurer(cfg, store, machine, good, cases, grid, echo):
     from mlagate.measure import interleaved
+    from mlagate.measure.environment import platform
     from mlagate.measure.harness import WrongResult
-    from mlagate.store.record import record
-
-    from mlagate.store.record import gpu_available
+    from mlagate.store.record import gpu_available, record
 
     if not gpu_available():  # an error, not a commit to skip: nothing here can be measured
         raise ValueError("no GPU: mlagate bisect records and re-measures on a CUDA or ROCm GPU; nothing was stored")
     impls, dtypes = sorted({c.impl for c in cases}), sorted({c.dtype for c in cases})
+    cases = [cfg.case(c.key, platform()) for c in cases]  # a workload's with its pages and lengths
 
     def change_of(commit: str):
         try:
             if store.load(machine, commit) is None:
                 record(commit, results=store.root, machine=machine, grid=grid, dtypes=dtypes, impls=impls,
-                       bench_regex="TimeDecode", time_budget_s=cfg.timing.record_s, echo=echo)
+                       bench_regex="Time(Decode|Workload)", time_budget_s=cfg.timing.record_s, echo=echo)
             entries = store.load(machine, commit).entries(BENCH_TIME)
             broken = [c.label() for c in cases if getattr(entries.get(c.key), "status", None) != "ok"]
             if broken:

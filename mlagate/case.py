@@ -2,11 +2,12 @@
 and what came of it (CaseResult), one record from the worker to the bench file,
 the asv suite, the tables and the report."""
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 
 # The fields of a case's key, in order: also asv's parameter names, so stored results key the same way.
-PARAM_NAMES = ("impl", "batch", "seqlen", "dtype", "heads")
+PARAM_NAMES = ("impl", "batch", "seqlen", "dtype", "heads", "workload")
+DENSE = "dense"  # the grid's own workload: one KV tensor, every sequence at seqlen (perf.yml `workloads:`)
 # A TileLang implementation is the prefix and its config family (tilelang-hopper); a tune candidate adds the
 # mark and one config of that family, as kernels/tuned.py spells it (tilelang-hopper@N64.H64.split0...).
 TILELANG_PREFIX = "tilelang-"
@@ -22,22 +23,32 @@ def family_impl(impl: str) -> str:
 class Case:
     impl: str
     batch: int
-    seqlen: int
+    seqlen: int  # a workload's mean length: the batch holds batch x seqlen tokens
     dtype: str
     heads: int = 128
+    workload: str = DENSE
+    # A workload's paged layout, derived from perf.yml (not part of the key): tokens per page and
+    # each sequence's length.
+    page_size: int = field(default=0, compare=False)
+    lengths: tuple = field(default=(), compare=False)
 
     @property
     def key(self) -> tuple:
-        """Identity of a case across commits (impl, batch, seqlen, dtype, heads)."""
-        return (self.impl, self.batch, self.seqlen, self.dtype, self.heads)
+        """Identity of a case across commits (impl, batch, seqlen, dtype, heads, workload)."""
+        return (self.impl, self.batch, self.seqlen, self.dtype, self.heads, self.workload)
+
+    @property
+    def paged(self) -> bool:
+        return self.workload != DENSE
 
     def label(self) -> str:
         return case_label(self.key)
 
 
 def case_label(key: tuple) -> str:
-    impl, batch, seqlen, dtype, heads = key
-    return f"{impl} h={heads} b={batch} s={seqlen} {dtype}"
+    impl, batch, seqlen, dtype, heads, workload = key
+    where = "" if workload == DENSE else f" {workload}"
+    return f"{impl} h={heads} b={batch} s={seqlen} {dtype}{where}"
 
 
 class RunStatus(StrEnum):
@@ -104,7 +115,7 @@ class CaseResult:
     vendor_ratio: float | None = None  # TFLOPs over the vendor kernel's, same point and GPU
 
     def to_dict(self) -> dict:
-        d = {**asdict(self.case), "status": self.status.value, "reason": self.reason,
+        d = {**asdict(self.case), "lengths": list(self.case.lengths), "status": self.status.value, "reason": self.reason,
              "samples": self.samples.to_dict() if self.samples else None, "error": self.error, "gpu": self.gpu}
         d.update((name, getattr(self, name)) for name in METRICS if getattr(self, name) is not None)
         if self.ci99_ms is not None:
@@ -113,8 +124,10 @@ class CaseResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> "CaseResult":
-        """Of to_dict's output; files without heads read as heads = 128 (Case's default)."""
+        """Of to_dict's output; files without heads read as heads = 128 and without a workload as dense
+        (Case's defaults)."""
         case = Case(**{f.name: d[f.name] for f in fields(Case) if f.name in d})
+        case = replace(case, lengths=tuple(case.lengths))
         known = {name: d[name] for name in METRICS if d.get(name) is not None}
         if "ci99_ms" in known:
             known["ci99_ms"] = tuple(known["ci99_ms"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from mlagate import config_tune
+from mlagate import config_tune, config_workloads
 from mlagate.case import TILELANG_PREFIX, Case, family_impl
 from mlagate.config_reader import ConfigError, KeyReader, UniqueKeyLoader, open_section_keys
 from mlagate.hardware import arch_key
@@ -27,8 +27,10 @@ TILELANG_FAMILIES = tuple(i.removeprefix(TILELANG_PREFIX) for i in KNOWN_IMPLS i
 @dataclass(frozen=True)
 class Grid:
     sizes: dict  # name -> (batches, seqlens, heads)
+    workloads: dict  # name -> the workloads measured with the grid (perf.yml `workloads:` names)
 
     def cases(self, name: str, impls, dtypes) -> list:
+        """The grid's dense cases."""
         if name not in self.sizes:
             raise ConfigError(f"grid.{name}: no such grid; known: {sorted(self.sizes)}")
         batches, seqlens, heads = self.sizes[name]
@@ -42,6 +44,7 @@ class Platform:
     tilelang: str
     dtypes: tuple  # what the gate measures here: dtypes the vendor kernel takes, so every ratio exists
     vendor_heads: tuple  # head counts the vendor kernel has; elsewhere no ratio exists, by declaration
+    page_size: int  # tokens per page of every workload's cache here: one the vendor kernel takes
 
 
 BUDGETS = ("record", "baseline", "confirm")
@@ -107,6 +110,7 @@ class Config:
     roofline: dict  # arch -> Peak
     gate: Gate
     tune: dict  # family -> config_tune.TuneSpace: what `mlagate tune` measures
+    workloads: dict  # name -> config_workloads.Workload
     digest: str  # sha256 of the validated content, stored with every record
 
     def platform(self, name: str) -> Platform:
@@ -115,11 +119,31 @@ class Config:
         return self.platforms[name]
 
     def cases(self, grid: str, impls, platform: str, dtypes=None) -> list:
-        """The grid's cases on a platform, at its dtypes unless given; the vendor kernel only
-        at the head counts it has."""
+        """The grid's cases on a platform, then its workloads', at the platform's dtypes unless given;
+        the vendor kernel only at the head counts it has."""
         p = self.platform(platform)
-        return [c for c in self.grid.cases(grid, impls, dtypes or p.dtypes)
-                if c.impl != p.vendor or c.heads in p.vendor_heads]
+        dtypes = dtypes or p.dtypes
+        cases = self.grid.cases(grid, impls, dtypes)
+        for w in (self.workloads[name] for name in self.grid.workloads[grid]):
+            cases += [self._workload_case(w, impl, b, d, h, p)
+                      for impl, d, h, b in itertools.product(impls, dtypes, w.heads, w.batch)]
+        return [c for c in cases if c.impl != p.vendor or c.heads in p.vendor_heads]
+
+    def case(self, key: tuple, platform: str) -> Case:
+        """The case of a stored key, a workload's with its page size and lengths."""
+        case = Case(*key)
+        if not case.paged:
+            return case
+        if case.workload not in self.workloads:
+            raise ConfigError(f"workloads.{case.workload}: not in perf.yml, but {case.label()} was recorded")
+        w = self.workloads[case.workload]
+        if case.seqlen != w.mean:
+            raise ConfigError(f"workloads.{w.name}.mean: {w.mean}, but {case.label()} was recorded at {case.seqlen}")
+        return self._workload_case(w, case.impl, case.batch, case.dtype, case.heads, self.platform(platform))
+
+    @staticmethod
+    def _workload_case(w, impl, batch, dtype, heads, p: Platform) -> Case:
+        return Case(impl, batch, w.mean, dtype, heads, w.name, page_size=p.page_size, lengths=w.lengths(batch))
 
     def budget_for(self, impl: str, platform: str) -> str:
         """The gated kernels and the vendor kernel their ratios divide by are measured with the
@@ -139,30 +163,32 @@ def parse(data) -> Config:
         if not isinstance(k, str):
             raise ConfigError(f"{k}: unknown key (keys are names, got {type(k).__name__})")
     top = KeyReader(data)
-    top_keys = ("grid", "implementations", "platforms", "timing", "roofline", "gate", "tune")
+    top_keys = ("grid", "implementations", "platforms", "timing", "roofline", "gate", "tune", "workloads")
     unknown = sorted(set(data) - set(top_keys))
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown key (allowed: {', '.join(top_keys)})")
 
+    workloads = config_workloads.parse(top, HEADS)
     g = top.section("grid", ("quick", "full"))
-    sizes = {}
+    sizes, measured = {}, {}
     for name in ("quick", "full"):
-        s = g.section(name, ("batch", "seqlen", "heads"))
+        s = g.section(name, ("batch", "seqlen", "heads", "workloads"))
         sizes[name] = (s.int_list("batch"), s.int_list("seqlen"), s.int_list("heads", choices=HEADS))
-    grid = Grid(sizes=sizes)
+        measured[name] = s.choice_list("workloads", tuple(workloads)) if "workloads" in s.data else ()
+    grid = Grid(sizes=sizes, workloads=measured)
 
     impls = top.choice_list("implementations", KNOWN_IMPLS)
 
     p = top.section("platforms", PLATFORMS)
     platforms = {}
     for name in PLATFORMS:
-        s = p.section(name, ("vendor", "tilelang", "dtypes", "vendor_heads"))
+        s = p.section(name, ("vendor", "tilelang", "dtypes", "vendor_heads", "page_size"))
         vendor, tilelang = s.get("vendor", str), s.get("tilelang", str)
         for key, value in (("vendor", vendor), ("tilelang", tilelang)):
             if value not in impls:
                 raise ConfigError(f"platforms.{name}.{key}: {value!r} is not in implementations")
         platforms[name] = Platform(vendor, tilelang, s.choice_list("dtypes", DTYPES),
-                                   s.int_list("vendor_heads", choices=HEADS))
+                                   s.int_list("vendor_heads", choices=HEADS), s.get("page_size", int, minimum=1))
 
     t = top.section("timing", ("cold_l2", "cuda_graph", "warmup_ms", "window_ms", "samples_per_window",
                                "min_samples", "max_clock_drop", "record_s", "budgets"))
@@ -225,7 +251,7 @@ def parse(data) -> Config:
                           f"got {gate.screen}")
     tune = config_tune.parse(top, TILELANG_FAMILIES, gate.shared_memory_limit)
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-    return Config(grid, impls, platforms, timing, roofline, gate, tune, digest)
+    return Config(grid, impls, platforms, timing, roofline, gate, tune, workloads, digest)
 
 
 def load(path=None) -> Config:

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlagate import gitops
-from mlagate.case import Case
 from mlagate.config import Config
 from mlagate.decide import build_rules, verdict
 from mlagate.decide.notes import Kind, Note
@@ -67,7 +66,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     if confirm and flagged:
         from mlagate.measure import interleaved
 
-        cases = [Case(*c.case) for c in flagged]
+        cases = [cfg.case(c.case, platform) for c in flagged]
         echo(f"confirming {len(cases)} flagged case(s) with an interleaved base/head re-measure")
         confirmations = interleaved.interleaved(cases, gitops.REPO, base_commit, head_commit, cfg.timing,
                                                 cfg.gate.confirm_rounds)

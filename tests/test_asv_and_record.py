@@ -39,6 +39,11 @@ def test_benchmark_params_come_from_the_config(monkeypatch):
     params, names = asv_suite.params()
     assert names == ["impl", "batch", "seqlen", "dtype", "heads"]
     assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"], [16]]
+    # the workloads' own classes: their parameter product is their cases, no dense point in it
+    params, names = asv_suite.params(workloads=True)
+    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "workload"]
+    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"], [16],
+                      ["uniform-paged", "ragged-4k"]]
 
 
 def test_each_platform_measures_the_dtypes_its_vendor_takes(monkeypatch):
@@ -54,18 +59,18 @@ def test_each_platform_measures_the_dtypes_its_vendor_takes(monkeypatch):
     assert {c.dtype for c in asv_suite.cases()} == {"bfloat16", "float16"}
 
 
-def _time_decode(monkeypatch):
-    """asv_runner's own TimeDecode benchmark object, discovered as `asv run` discovers it."""
+def _time_decode(monkeypatch, name="TimeDecode.time_decode"):
+    """asv_runner's own TimeDecode (or another) benchmark object, discovered as `asv run` discovers it."""
     from asv_runner.discovery import disc_benchmarks
 
     monkeypatch.setenv("MLAGATE_GRID", "quick")
     monkeypatch.setenv("MLAGATE_IMPLS", "tilelang-hopper")
-    return next(b for b in disc_benchmarks(str(gitops.REPO / "benchmarks")) if b.name.endswith("TimeDecode.time_decode"))
+    return next(b for b in disc_benchmarks(str(gitops.REPO / "benchmarks")) if b.name.endswith(name))
 
 
 def _run_asv_case(bench, measured, case):
     """What asv_runner.run does for one case: set the cache, setup, run, teardown."""
-    bench.set_param_idx(list(itertools.product(*bench._params)).index(case.key))
+    bench.set_param_idx(list(itertools.product(*bench._params)).index(case.key[:len(bench._params)]))
     bench.set_cache(measured)
     skip = bench.do_setup()
     try:
@@ -89,6 +94,18 @@ def test_asv_stores_exactly_the_samples_the_grid_measured(monkeypatch):
         result = _run_asv_case(bench, measured, case)
         assert result["number"] == 1
         assert result["samples"] == [t / 1e3 for t in times_ms[case]]
+
+
+def test_a_workload_case_replays_through_its_own_benchmark(monkeypatch):
+    from mlagate.case import CaseResult, RunStatus, Samples
+    from mlagate.measure import asv_suite
+
+    bench = _time_decode(monkeypatch, "TimeWorkload.time_decode")
+    case = next(c for c in asv_suite.cases() if c.workload == "ragged-4k")
+    dense = next(c for c in asv_suite.cases() if not c.paged and c.batch == case.batch)
+    measured = {c: CaseResult(c, RunStatus.OK, samples=Samples(t, "cuda-event", 0, 0, "test"))
+                for c, t in ((case, (0.2, 0.3)), (dense, (0.1,)))}
+    assert _run_asv_case(bench, measured, case)["samples"] == [0.2e-3, 0.3e-3]
 
 
 def test_asv_skips_what_the_grid_skipped(monkeypatch):
@@ -144,8 +161,9 @@ def test_record_on_a_cpu_through_asv_then_refuses_a_second_record(tmp_path, caps
             "--impl", "aiter", "--results", "store"]
     assert cli.main(args) == 0
     head = Store(store_dir).load("cpu-test", gitops.resolve("HEAD"))
-    entries = head.entries(BENCH_TIME)
-    assert set(entries) == {(i, b, 4096, "float16", 16) for i in ("torch", "aiter") for b in (64, 128)}
+    entries = head.entries(BENCH_TIME)  # with the workloads' benchmark, read into the same cases
+    assert set(entries) == {(i, b, 4096, "float16", 16, w) for i in ("torch", "aiter") for b in (64, 128)
+                            for w in ("dense", "uniform-paged", "ragged-4k")}
     assert all(e.status == "skipped" for e in entries.values())
     env = Store(store_dir).read_sidecar("cpu-test", head.commit, "env")
     assert env["grid"] == "quick" and "start" in env and "end" in env

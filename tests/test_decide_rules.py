@@ -28,10 +28,10 @@ from mlagate.store.errors import StoreError
 from mlagate.store.results import CommitResults, Store
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, Entry, case_keys
 
-HOP = ("tilelang-hopper", 64, 4096, "float16", 128)
-HOP_16 = ("tilelang-hopper", 64, 4096, "float16", 16)
-CDNA = ("tilelang-cdna3", 64, 4096, "float16", 128)
-VENDOR = ("flash_mla", 64, 4096, "float16", 128)
+HOP = ("tilelang-hopper", 64, 4096, "float16", 128, "dense")
+HOP_16 = ("tilelang-hopper", 64, 4096, "float16", 16, "dense")
+CDNA = ("tilelang-cdna3", 64, 4096, "float16", 128, "dense")
+VENDOR = ("flash_mla", 64, 4096, "float16", 128, "dense")
 
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 
@@ -648,7 +648,8 @@ def test_screen_may_equal_threshold():
     ("grid", None, r"^grid: must be a mapping, got NoneType$"),
     ("gate__latency__treshold", 0.1, r"^gate.latency.treshold: unknown key \(allowed: threshold, screen, alpha, "
                                      r"min_samples\)$"),
-    ("extra", 1, r"^extra: unknown key \(allowed: grid, implementations, platforms, timing, roofline, gate, tune\)$"),
+    ("extra", 1, r"^extra: unknown key \(allowed: grid, implementations, platforms, timing, roofline, gate, tune, "
+                 r"workloads\)$"),
     ("timing__cold_l2", "yes", r"^timing.cold_l2: must be bool, got 'yes'$"),
     ("gate__latency__min_samples", True, r"^gate.latency.min_samples: must be int, got True$"),
 ])
@@ -670,9 +671,9 @@ def test_cases_follow_the_grid_and_the_vendors_heads():
     cfg = config.parse(with_values(grid__quick={"batch": [64, 128], "seqlen": [4096], "heads": [16, 64]}))
     cases = cfg.cases("quick", ["tilelang-cdna3", "aiter"], "rocm")  # aiter has no 64-head kernel
     assert [c.key for c in cases] == [
-        ("tilelang-cdna3", 64, 4096, "bfloat16", 16), ("tilelang-cdna3", 128, 4096, "bfloat16", 16),
-        ("tilelang-cdna3", 64, 4096, "bfloat16", 64), ("tilelang-cdna3", 128, 4096, "bfloat16", 64),
-        ("aiter", 64, 4096, "bfloat16", 16), ("aiter", 128, 4096, "bfloat16", 16)]
+        ("tilelang-cdna3", 64, 4096, "bfloat16", 16, "dense"), ("tilelang-cdna3", 128, 4096, "bfloat16", 16, "dense"),
+        ("tilelang-cdna3", 64, 4096, "bfloat16", 64, "dense"), ("tilelang-cdna3", 128, 4096, "bfloat16", 64, "dense"),
+        ("aiter", 64, 4096, "bfloat16", 16, "dense"), ("aiter", 128, 4096, "bfloat16", 16, "dense")]
     assert {c.dtype for c in cfg.cases("quick", ["torch"], "rocm", dtypes=("float16",))} == {"float16"}
     assert len(cfg.cases("quick", ["flash_mla"], "cuda")) == 4  # flash_mla has every head count
     assert cases[0].label() == "tilelang-cdna3 h=16 b=64 s=4096 bfloat16"
@@ -692,7 +693,8 @@ def test_peaks_read_the_arch_without_its_a_suffix():
 COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
            "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile"]
 PARAMS = [["'tilelang-hopper'"], ["64", "128"], ["4096"], ["'float16'"], ["128"]]
-CASE_64, CASE_128 = ("tilelang-hopper", 64, 4096, "float16", 128), ("tilelang-hopper", 128, 4096, "float16", 128)
+CASE_64, CASE_128 = (("tilelang-hopper", 64, 4096, "float16", 128, "dense"),
+                     ("tilelang-hopper", 128, 4096, "float16", 128, "dense"))
 
 
 def results_json(commit, times=(1e-4, 2e-4), ratios=None, date=1700000000000, samples=((1e-4, 1.1e-4), None)):
@@ -810,7 +812,10 @@ def test_incomplete_results_files_name_what_is_missing(tmp_path):
 
 def test_case_keys_need_every_parameter():
     assert case_keys(PARAMS[:4]) == [CASE_64, CASE_128]  # results from before heads: 128 heads
-    with pytest.raises(ValueError, match=r"^3 parameters, expected impl, batch, seqlen, dtype, heads$"):
+    assert case_keys(PARAMS) == [CASE_64, CASE_128]  # the dense benchmarks: no workload parameter
+    ragged = case_keys([*PARAMS, ["'ragged-4k'"]])
+    assert ragged == [(*key[:-1], "ragged-4k") for key in (CASE_64, CASE_128)]
+    with pytest.raises(ValueError, match=r"^3 parameters, expected impl, batch, seqlen, dtype, heads, workload$"):
         case_keys(PARAMS[:3])
 
 

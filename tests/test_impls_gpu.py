@@ -25,3 +25,31 @@ def test_every_implementation_is_right_at_every_head_count(impl, heads):
     except impls.Unavailable as e:
         pytest.skip(str(e))
     assert error["max_abs"] < 0.01
+
+
+def _checked_or_skip(impl, inputs):
+    try:
+        _, error = checked_launch(impl, inputs, environment.device())  # raises WrongResult when off
+    except impls.Unavailable as e:
+        pytest.skip(str(e))
+    return error
+
+
+@pytest.mark.parametrize("impl", config.KNOWN_IMPLS)
+@pytest.mark.parametrize("workload", ["uniform-paged", "ragged-4k"])
+def test_every_implementation_is_right_on_every_workload(impl, workload):
+    """perf.yml's workloads as the record measures them: the platform's pages, shuffled, real lengths."""
+    cfg = config.load()
+    cases = [c for c in cfg.cases("quick", [impl], environment.platform()) if c.workload == workload]
+    if not cases:
+        pytest.skip(f"{impl} has no {workload} case here (perf.yml)")
+    assert _checked_or_skip(impl, Inputs(cases[0], environment.device()))["max_abs"] < 0.01
+
+
+@pytest.mark.parametrize("impl", config.KNOWN_IMPLS)
+def test_a_one_token_sequence_beside_a_32k_one_over_shuffled_pages(impl):
+    cfg = config.load()
+    here = environment.platform()
+    case = Case(impl, 2, 16385, cfg.platform(here).dtypes[0], 16, "edge", page_size=cfg.platform(here).page_size,
+                lengths=(1, 32769))
+    assert _checked_or_skip(impl, Inputs(case, environment.device()))["max_abs"] < 0.01

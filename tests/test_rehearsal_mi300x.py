@@ -106,11 +106,11 @@ def test_the_rehearsal_recorded_both_commits_through_asv_with_aiter(rehearsal):
     head = store.load("mi300x", git(repo, "rev-parse", "HEAD"))
     assert store.load("mi300x", base) is not None and head is not None
     time = head.entries(BENCH_TIME)
-    assert time[("aiter", 64, 64, "bfloat16", 16)].status == "ok"  # the stand-in took every argument
-    assert time[("aiter", 64, 64, "bfloat16", 64)].status == "skipped"  # no 64-head kernel: not run
-    assert time[("tilelang-hopper", 64, 64, "bfloat16", 16)].status == "skipped"  # needs sm_90
-    assert time[("flash_mla", 64, 64, "bfloat16", 16)].status == "skipped"
-    assert head.entries(BENCH_RATIO)[("tilelang-cdna3", 64, 64, "bfloat16", 16)].status == "ok"
+    assert time[("aiter", 64, 64, "bfloat16", 16, "dense")].status == "ok"  # the stand-in took every argument
+    assert time[("aiter", 64, 64, "bfloat16", 64, "dense")].status == "skipped"  # no 64-head kernel: not run
+    assert time[("tilelang-hopper", 64, 64, "bfloat16", 16, "dense")].status == "skipped"  # needs sm_90
+    assert time[("flash_mla", 64, 64, "bfloat16", 16, "dense")].status == "skipped"
+    assert head.entries(BENCH_RATIO)[("tilelang-cdna3", 64, 64, "bfloat16", 16, "dense")].status == "ok"
     env = store.read_sidecar("mi300x", head.commit, "env")
     assert env["platform"] == "rocm" and env["start"]["arch"] == "gfx942" and env["start"]["sm_count"] == 304
 

@@ -38,9 +38,9 @@ def step_name(step: float) -> str:
 
 
 def shape_key(case_key: tuple) -> tuple:
-    """A case (impl, batch, seqlen, dtype, heads) as the patch looks it up on a CompiledDecode:
+    """A dense case (impl, batch, seqlen, dtype, heads, workload) as the patch looks it up on a CompiledDecode:
     (config name, batch, seqlen, heads, dtype) of ``self.plan``."""
-    impl, batch, seqlen, dtype, heads = case_key
+    impl, batch, seqlen, dtype, heads, _ = case_key
     return (impl.split("-", 1)[1], batch, seqlen, heads, dtype)
 
 

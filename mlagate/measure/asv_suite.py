@@ -47,15 +47,12 @@ def cases():
     return cs
 
 
-def params():
-    """asv params (a list per parameter, cartesian product) and their names."""
-    cs = cases()
-
-    def unique(values):
-        return list(dict.fromkeys(values))
-
-    return ([unique(c.impl for c in cs), unique(c.batch for c in cs), unique(c.seqlen for c in cs),
-             unique(c.dtype for c in cs), unique(c.heads for c in cs)], list(PARAM_NAMES))
+def params(workloads: bool = False):
+    """asv params (a list per parameter, cartesian product) and their names: of the dense grid's
+    cases, or of the workloads' (which add the workload parameter). Empty lists: no such case."""
+    cs = [c for c in cases() if c.paged == workloads]
+    names = PARAM_NAMES if workloads else PARAM_NAMES[:-1]
+    return [list(dict.fromkeys(getattr(c, name) for c in cs)) for name in names], list(names)
 
 
 def measure_grid() -> dict:

@@ -211,7 +211,7 @@ def add_metrics(results, *, peaks=None, vendor: str | None = None) -> list:
     return out
 
 
-CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "heads", "status", "median_ms", "iqr_ms", "n", "tflops", "gbps",
+CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "heads", "workload", "status", "median_ms", "iqr_ms", "n", "tflops", "gbps",
               "roofline", "vendor_ratio", "gpu", "reason")
 
 
@@ -241,7 +241,7 @@ def _worker():
     """Measure the cases given on stdin; one protocol line per event on stdout."""
     import torch
 
-    from mlagate.measure.harness import Inputs, measure_case, shape_of
+    from mlagate.measure.harness import Inputs, measure_case
     from mlagate.measure.environment import device as gpu
 
     job = json.load(sys.stdin)
@@ -260,7 +260,7 @@ def _worker():
             continue
         try:
             device = device or gpu()
-            if inputs is None or inputs.shape != shape_of(case):
+            if inputs is None or inputs.point != point(case):
                 inputs = None  # free the last problem's tensors first
                 torch.cuda.empty_cache()
                 inputs = Inputs(case, device)

@@ -11,6 +11,7 @@ from mlagate.measure import impls
 from mlagate.case import Case, CaseResult, RunStatus
 from mlagate.config import Timing
 from mlagate.kernels import mla_decode
+from mlagate.measure.shards import point
 from mlagate.measure.timer import time_gpu
 
 RTOL = ATOL = 0.01
@@ -21,18 +22,23 @@ class WrongResult(Exception):
     """The implementation's output does not match the reference."""
 
 
-def shape_of(case: Case) -> mla_decode.Shape:
-    return mla_decode.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
-
-
 class Inputs:
-    """Seeded random inputs and their float32 reference, shared by all
-    implementations of one problem size (built once, on the GPU)."""
+    """Seeded random inputs and their float32 reference, shared by all implementations of one
+    grid point (built once, on the GPU): a dense batch, or a workload's paged one (impls.Paged:
+    its lengths, pages handed out in a shuffled order)."""
 
     def __init__(self, case: Case, device):
-        self.shape = shape_of(case)
-        self.tensors = mla_decode.random_inputs(self.shape, device=device, seed=SEED)
-        self.expected, _ = mla_decode.reference(*self.tensors)
+        self.point = point(case)
+        if case.paged:
+            from mlagate.kernels import mla_decode_paged
+
+            self.tensors = impls.Paged(*mla_decode_paged.random_paged_inputs(
+                case.batch, case.heads, case.lengths, case.page_size, case.dtype, device=device, seed=SEED))
+            self.expected, _ = mla_decode_paged.reference_paged(*self.tensors)
+        else:
+            shape = mla_decode.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
+            self.tensors = mla_decode.random_inputs(shape, device=device, seed=SEED)
+            self.expected, _ = mla_decode.reference(*self.tensors)
 
 
 def check_output(out, expected) -> dict:

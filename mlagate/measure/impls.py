@@ -1,14 +1,18 @@
 """Every MLA decode implementation behind one interface.
 
-``prepare(impl, inputs, device)`` turns the shared inputs (q, q_pe, kv, k_pe in
-the TileLang layout) into a zero-argument launch that returns the output
-[batch, heads, 512]. Layout conversions for vendor kernels (paged caches, block
-tables) happen here, once, outside any timed region. An implementation that
-cannot run here raises :class:`Unavailable` with the reason.
+``prepare(impl, inputs, device)`` turns the shared inputs into a zero-argument launch that
+returns the output [batch, heads, 512]. Inputs are a dense batch (q, q_pe, kv, k_pe in the
+TileLang layout, one length for all) or a :class:`Paged` one (a workload: a page table and
+per-sequence lengths). Vendor kernels always read pages: a dense batch is handed to them as
+contiguous pages of their size. Layout conversions happen here, once, outside any timed
+region. An implementation that cannot run here raises :class:`Unavailable` with the reason.
 """
 
 import importlib.util
+import itertools
+import math
 from functools import partial
+from typing import NamedTuple
 
 import torch
 
@@ -18,6 +22,45 @@ from mlagate.kernels import mla_decode, tuned
 
 class Unavailable(Exception):
     """This implementation cannot run here (library missing, wrong architecture)."""
+
+
+class Paged(NamedTuple):
+    """A batch over a paged KV cache: sequence b's tokens are in the pages block_table[b, :ceil(len / page)],
+    in any order; unused table entries are -1."""
+
+    q: torch.Tensor  # [batch, heads, dim]
+    q_pe: torch.Tensor  # [batch, heads, pe_dim]
+    kv_cache: torch.Tensor  # [num_pages, page_size, dim]
+    k_pe_cache: torch.Tensor  # [num_pages, page_size, pe_dim]
+    block_table: torch.Tensor  # [batch, max_pages] int32
+    seqlens: torch.Tensor  # [batch] int32
+
+    @property
+    def page_size(self) -> int:
+        return self.kv_cache.shape[1]
+
+    def used_pages(self) -> tuple:
+        """(pages per sequence, their page ids in sequence order): what CSR page lists hold."""
+        pages = [math.ceil(n / self.page_size) for n in self.seqlens.tolist()]
+        used = torch.arange(self.block_table.shape[1], device=self.block_table.device)[None, :] < \
+            torch.tensor(pages, device=self.block_table.device)[:, None]
+        return pages, self.block_table[used].contiguous()
+
+
+def as_pages(inputs, impl: str, page_size: int) -> Paged:
+    """``inputs`` as a Paged batch: a dense batch as contiguous pages of ``page_size`` (views, no copy)."""
+    if isinstance(inputs, Paged):
+        if inputs.page_size != page_size:
+            raise Unavailable(f"{impl}: takes pages of {page_size} tokens, this cache has {inputs.page_size}")
+        return inputs
+    q, q_pe, kv, k_pe = inputs
+    batch, seqlen = kv.shape[0], kv.shape[1]
+    if seqlen % page_size:
+        raise Unavailable(f"{impl}: this harness pages the cache in blocks of {page_size}; seqlen {seqlen} is not "
+                          "a multiple")
+    i32 = dict(dtype=torch.int32, device=q.device)
+    return Paged(q, q_pe, kv.view(-1, page_size, kv.shape[-1]), k_pe.view(-1, page_size, k_pe.shape[-1]),
+                 torch.arange(batch * seqlen // page_size, **i32).view(batch, -1), torch.full((batch,), seqlen, **i32))
 
 
 def _require(module: str, impl: str):
@@ -38,21 +81,45 @@ def tilelang_config(impl: str, shape, arch: str):
     return tuned.parse_candidate(impl) or tuned.tuned_config(impl.removeprefix(TILELANG_PREFIX), shape, arch)
 
 
-def _tilelang(impl, q, q_pe, kv, k_pe, device):
+def _tilelang(impl, inputs, device):
+    if isinstance(inputs, Paged):
+        return _tilelang_paged(impl, inputs, device)
+    q, q_pe, kv, k_pe = inputs
     shape = mla_decode.check_inputs(q, q_pe, kv, k_pe)
-    config = tilelang_config(impl, shape, mla_decode.device_arch(device))
-    if config.name == "hopper":  # wgmma/TMA and 228 KB of shared memory per block
-        _require_arch(impl, device, prefixes=("sm_9", "sm_10"))
+    config = _tilelang_config_here(impl, shape, device)
     kernel = mla_decode.compiled(shape, config, device)
     out = torch.empty_like(q)
     lse = torch.empty(shape.batch, shape.heads, device=device, dtype=torch.float32)
     return lambda: kernel(q, q_pe, kv, k_pe, out, lse)[0]
 
 
-def _triton(q, q_pe, kv, k_pe, device):
+def _tilelang_config_here(impl, shape, device):
+    config = tilelang_config(impl, shape, mla_decode.device_arch(device))
+    if config.name == "hopper":  # wgmma/TMA and 228 KB of shared memory per block
+        _require_arch(impl, device, prefixes=("sm_9", "sm_10"))
+    return config
+
+
+def _tilelang_paged(impl, paged: Paged, device):
+    """kernels/mla_decode_paged.py with the config the dense kernel runs at the batch's mean length."""
+    from mlagate.kernels import mla_decode_paged
+
+    shape = mla_decode_paged.check_paged_inputs(*paged)  # reads the lengths and table: once, here
+    tokens = int(paged.seqlens.sum())
+    dense = mla_decode.Shape(batch=shape.batch, seqlen=tokens // shape.batch, heads=shape.heads, dtype=shape.dtype)
+    kernel = mla_decode_paged.compiled(shape, _tilelang_config_here(impl, dense, device), device)
+    out = torch.empty_like(paged.q)
+    lse = torch.empty(shape.batch, shape.heads, device=device, dtype=torch.float32)
+    return lambda: kernel(*paged, out, lse)[0]
+
+
+def _triton(inputs, device):
     _require("triton", "triton")
+    if isinstance(inputs, Paged):
+        raise Unavailable("triton: this Triton kernel (the seed's) reads a dense cache only")
     from mlagate.kernels.triton_mla import TritonDecode
 
+    q, q_pe, kv, k_pe = inputs
     batch, heads, dim = q.shape
     decode = TritonDecode(batch, heads, kv.shape[1], dim, q_pe.shape[2], device)
     out = torch.empty_like(q)
@@ -60,84 +127,83 @@ def _triton(q, q_pe, kv, k_pe, device):
     return lambda: decode(q, q_pe, kv, k_pe, out, lse)[0]
 
 
-def _flash_mla(q, q_pe, kv, k_pe, device):
-    """FlashMLA's dense SM90 decode (PyPI sgl-flash-mla): paged cache, page size 64."""
+def _flash_mla(inputs, device):
+    """FlashMLA's dense SM90 decode (PyPI sgl-flash-mla): one 576-wide cache in pages of 64 tokens."""
     _require("flash_mla", "flash_mla")
     _require_arch("flash_mla", device, prefixes=("sm_90",))
     from flash_mla import flash_mla_with_kvcache, get_mla_metadata
 
-    batch, heads, dim = q.shape
-    seqlen, page = kv.shape[1], 64
-    if seqlen % page:
-        raise Unavailable(f"flash_mla: this harness pages the cache in blocks of {page}; seqlen {seqlen} is not a multiple")
-    q_all = torch.cat([q, q_pe], -1).unsqueeze(1)  # [b, 1, h, 576]
-    cache = torch.cat([kv, k_pe], -1).view(batch * seqlen // page, page, 1, -1)
-    blocks = torch.arange(batch * seqlen // page, dtype=torch.int32, device=device).view(batch, -1)
-    seqlens = torch.full((batch,), seqlen, dtype=torch.int32, device=device)
-    schedule, _ = get_mla_metadata()  # one per shape: a reused schedule gives wrong results silently
+    p = as_pages(inputs, "flash_mla", 64)
+    dim = p.q.shape[2]
+    q_all = torch.cat([p.q, p.q_pe], -1).unsqueeze(1)  # [b, 1, h, 576]
+    cache = torch.cat([p.kv_cache, p.k_pe_cache], -1).unsqueeze(2)  # [pages, 64, 1, 576]
+    blocks = p.block_table.clamp_min(0)  # unused entries (never read) as a valid page id
+    schedule, _ = get_mla_metadata()  # one per batch: a reused schedule gives wrong results silently
     scale = q_all.shape[-1] ** -0.5
 
     def run():
-        out, _ = flash_mla_with_kvcache(q_all, cache, blocks, seqlens, dim, schedule, softmax_scale=scale,
+        out, _ = flash_mla_with_kvcache(q_all, cache, blocks, p.seqlens, dim, schedule, softmax_scale=scale,
                                         causal=False, use_legacy=True)
         return out
 
     return run
 
 
-def _flashinfer(q, q_pe, kv, k_pe, device):
-    """FlashInfer's FA3 MLA wrapper (SM90), planned once per shape; page size 64."""
+def _flashinfer(inputs, device):
+    """FlashInfer's FA3 MLA wrapper (SM90), planned once per batch, pages of 64 tokens as CSR lists."""
     _require("flashinfer", "flashinfer")
     _require_arch("flashinfer", device, prefixes=("sm_90",))
     from flashinfer.mla import BatchMLAPagedAttentionWrapper, MLAPlanMetadata
 
-    batch, heads, dim = q.shape
-    seqlen, pe_dim, page = kv.shape[1], q_pe.shape[2], 64
-    if seqlen % page:
-        raise Unavailable(f"flashinfer: this harness pages the cache in blocks of {page}; seqlen {seqlen} is not a multiple")
-    pages = seqlen // page
+    p = as_pages(inputs, "flashinfer", 64)
+    batch, heads, dim = p.q.shape
+    pe_dim = p.q_pe.shape[2]
+    pages, page_ids = p.used_pages()
     i32 = dict(dtype=torch.int32, device=device)
+    kv_indptr = torch.tensor([0, *itertools.accumulate(pages)], **i32)
     wrapper = BatchMLAPagedAttentionWrapper(torch.empty(128 << 20, dtype=torch.uint8, device=device), backend="fa3")
-    meta = MLAPlanMetadata.csr(torch.arange(batch + 1, **i32), torch.arange(batch + 1, **i32) * pages,
-                               torch.arange(batch * pages, **i32), torch.full((batch,), seqlen, **i32))
-    wrapper.plan(metadata=meta, num_heads=heads, head_dim_ckv=dim, head_dim_kpe=pe_dim, page_size=page,
-                 causal=False, sm_scale=(dim + pe_dim) ** -0.5, q_data_type=q.dtype, kv_data_type=kv.dtype,
+    meta = MLAPlanMetadata.csr(torch.arange(batch + 1, **i32), kv_indptr, page_ids, p.seqlens)
+    wrapper.plan(metadata=meta, num_heads=heads, head_dim_ckv=dim, head_dim_kpe=pe_dim, page_size=p.page_size,
+                 causal=False, sm_scale=(dim + pe_dim) ** -0.5, q_data_type=p.q.dtype, kv_data_type=p.kv_cache.dtype,
                  query_layout="split", kv_cache_layout="split")
-    ckv, kpe = kv.view(-1, page, dim), k_pe.view(-1, page, pe_dim)
-    return lambda: wrapper.run(query=(q, q_pe), kv_cache=(ckv, kpe))
+    return lambda: wrapper.run(query=(p.q, p.q_pe), kv_cache=(p.kv_cache, p.k_pe_cache))
 
 
-def _aiter(q, q_pe, kv, k_pe, device):
-    """aiter's MI300X assembly decode, page size 1, as aiter's own tests call it."""
+def _aiter(inputs, device):
+    """aiter's MI300X assembly decode, pages of one token, as aiter's own tests call it."""
     _require("aiter", "aiter")
     _require_arch("aiter", device, prefixes=("gfx94", "gfx95"))
-    if q.dtype != torch.bfloat16:
-        raise Unavailable(f"aiter: mla_decode_fwd takes bfloat16 (or fp8) queries, not {q.dtype}")
+    p = as_pages(inputs, "aiter", 1)
+    if p.q.dtype != torch.bfloat16:
+        raise Unavailable(f"aiter: mla_decode_fwd takes bfloat16 (or fp8) queries, not {p.q.dtype}")
     from aiter.mla import mla_decode_fwd
 
-    batch, heads, dim = q.shape
-    seqlen = kv.shape[1]
+    batch, heads, dim = p.q.shape
+    pages, page_ids = p.used_pages()
     i32 = dict(dtype=torch.int32, device=device)
-    q_all = torch.cat([q, q_pe], -1).contiguous()
-    cache = torch.cat([kv, k_pe], -1).view(batch * seqlen, 1, 1, -1)
+    q_all = torch.cat([p.q, p.q_pe], -1).contiguous()
+    cache = torch.cat([p.kv_cache, p.k_pe_cache], -1).unsqueeze(2)  # [tokens, 1, 1, 576]
     qo_indptr = torch.arange(batch + 1, **i32)
-    kv_indptr = torch.arange(batch + 1, **i32) * seqlen
-    kv_indices = torch.arange(batch * seqlen, **i32)
+    kv_indptr = torch.tensor([0, *itertools.accumulate(pages)], **i32)
     last_page_lens = torch.ones(batch, **i32)
-    out = torch.empty(batch, heads, dim, dtype=q.dtype, device=device)
+    out = torch.empty(batch, heads, dim, dtype=p.q.dtype, device=device)
     scale = q_all.shape[-1] ** -0.5
 
     def run():
         # Keywords, not positions: newer aiter inserted page_size/nhead_kv before sm_scale.
-        mla_decode_fwd(q_all, cache, out, qo_indptr, kv_indptr, kv_indices, last_page_lens, 1,
+        mla_decode_fwd(q_all, cache, out, qo_indptr, kv_indptr, page_ids, last_page_lens, 1,
                        page_size=1, nhead_kv=1, sm_scale=scale)
         return out
 
     return run
 
 
-def _torch(q, q_pe, kv, k_pe, device):
-    return lambda: mla_decode.reference(q, q_pe, kv, k_pe, compute_dtype=q.dtype)[0]
+def _torch(inputs, device):
+    if isinstance(inputs, Paged):
+        from mlagate.kernels import mla_decode_paged
+
+        return lambda: mla_decode_paged.reference_paged(*inputs, compute_dtype=inputs.q.dtype)[0]
+    return lambda: mla_decode.reference(*inputs, compute_dtype=inputs[0].dtype)[0]
 
 
 PREPARE = {
@@ -152,9 +218,9 @@ PREPARE = {
 
 
 def prepare(impl: str, inputs, device):
-    """A zero-argument launch of ``impl`` on ``inputs``; raises Unavailable."""
+    """A zero-argument launch of ``impl`` on ``inputs`` (a dense tuple or Paged); raises Unavailable."""
     if tuned.parse_candidate(impl):  # a config `mlagate tune` times: tilelang-<family>@<config>
-        return _tilelang(impl, *inputs, device)
+        return _tilelang(impl, inputs, device)
     if impl not in PREPARE:
         raise ValueError(f"unknown implementation {impl!r}; known: {', '.join(PREPARE)}")
-    return PREPARE[impl](*inputs, device)
+    return PREPARE[impl](inputs, device)

@@ -25,27 +25,36 @@ from mlagate.measure.timer import time_gpu
 from mlagate.gitops import GitError, git
 
 KERNEL_FILE = "kernels/mla_decode.py"
+PAGED_KERNEL_FILE = "kernels/mla_decode_paged.py"  # imports the dense file's tiles and attend body
 
 
 class ConfirmError(Exception):
     pass
 
 
-def kernel_module_at(repo, commit):
-    """kernels/mla_decode.py as it was at ``commit``, imported as its own module."""
-    name = f"mla_decode_at_{commit[:12]}"
+def kernel_module_at(repo, commit, path=KERNEL_FILE):
+    """A kernel file as it was at ``commit``, imported as its own module. The paged kernel imports the
+    dense one: it gets the dense file of the same commit, so a change to either is measured."""
+    name = f"{Path(path).stem}_at_{commit[:12]}"
     if name in sys.modules:
         return sys.modules[name]
     try:
-        source = git("show", f"{commit}:{KERNEL_FILE}", repo=repo)
+        source = git("show", f"{commit}:{path}", repo=repo)
     except GitError as e:
-        raise ConfirmError(f"cannot read {KERNEL_FILE} at {commit}: {e}") from None
-    path = Path(tempfile.mkdtemp(prefix="mlagate-confirm-")) / f"{name}.py"
-    path.write_text(source + "\n")
-    spec = importlib.util.spec_from_file_location(name, path)
+        raise ConfirmError(f"cannot read {path} at {commit}: {e}") from None
+    dense = kernel_module_at(repo, commit) if path != KERNEL_FILE else None
+    file = Path(tempfile.mkdtemp(prefix="mlagate-confirm-")) / f"{name}.py"
+    file.write_text(source + "\n")
+    spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
+    package, today = sys.modules["mlagate.kernels"], mla_decode
+    try:
+        if dense is not None:  # `from mlagate.kernels import mla_decode` reads both of these
+            sys.modules["mlagate.kernels.mla_decode"] = package.mla_decode = dense
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules["mlagate.kernels.mla_decode"] = package.mla_decode = today
     return module
 
 
@@ -72,14 +81,18 @@ def config_at(repo, commit, module, family: str, shape, arch: str):
 def launch_at(repo, commit, case: Case, inputs: Inputs):
     """The checked launch of ``case``'s TileLang kernel as ``commit`` has it: kernel file and tuned table."""
     module = kernel_module_at(repo, commit)
-    q, q_pe, kv, k_pe = inputs.tensors
+    q = inputs.tensors[0]
     shape = module.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
     config = config_at(repo, commit, module, case.impl[len(TILELANG_PREFIX):], shape, mla_decode.device_arch(q.device))
-    kernel = module.compiled(shape, config)
+    if case.paged:  # the config the dense kernel runs at the batch's mean length, as impls does
+        paged = kernel_module_at(repo, commit, PAGED_KERNEL_FILE)
+        kernel = paged.compiled(paged.check_paged_inputs(*inputs.tensors), config)
+    else:
+        kernel = module.compiled(shape, config)
     out, lse = torch.empty_like(q), torch.empty(case.batch, case.heads, device=q.device, dtype=torch.float32)
 
     def launch():
-        kernel(q, q_pe, kv, k_pe, out, lse)
+        kernel(*inputs.tensors, out, lse)
         return out
 
     check_output(launch(), inputs.expected)

@@ -8,14 +8,14 @@ from mlagate.case import Case
 
 def point(case: Case) -> tuple:
     """A grid point: what every implementation of one problem shares."""
-    return case.batch, case.seqlen, case.dtype, case.heads
+    return case.batch, case.seqlen, case.dtype, case.heads, case.workload
 
 
 def runner_shard(case: Case, shards: int) -> int:
     """Which of ``shards`` runners (0-based) records a case: a stable hash of its grid point, so
     every implementation of a point lands on one runner (same-GPU ratios) and the split is the
     same on every run, machine and Python."""
-    text = ",".join(map(str, point(case)))
+    text = ",".join(map(str, point(case) if case.paged else point(case)[:-1]))  # dense: as before workloads
     return int(hashlib.sha1(text.encode()).hexdigest(), 16) % shards
 
 

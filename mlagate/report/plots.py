@@ -3,7 +3,7 @@
 import itertools
 import math
 
-from mlagate.case import Case
+from mlagate.case import DENSE, Case
 from mlagate.measure import metrics
 
 
@@ -37,8 +37,10 @@ def _colors(cfg):
 
 
 def tflops_png(path, cfg, results, arch) -> None:
-    """One panel per (batch, dtype) in a row per head count: TFLOPs vs seqlen per implementation."""
+    """One panel per (batch, dtype) in a row per head count: TFLOPs vs seqlen per implementation, of the
+    dense grid (a workload is one point, in the tables and the vendor ratio plot)."""
     plt = pyplot()
+    results = [r for r in results if not r.case.paged]
     cases = [r.case for r in results]
     heads = sorted({c.heads for c in cases})
     columns = sorted({(c.batch, c.dtype) for c in cases})
@@ -69,8 +71,8 @@ def tflops_png(path, cfg, results, arch) -> None:
 def ratio_png(path, cfg, results, platform) -> None:
     plt = pyplot()
     impl, vendor, floor = cfg.platform(platform).tilelang, cfg.platform(platform).vendor, cfg.gate.ratio[platform].floor
-    cases = sorted((r.case.heads, r.case.batch, r.case.seqlen, r.case.dtype, r.vendor_ratio) for r in results
-                   if r.case.impl == impl and r.vendor_ratio is not None)
+    cases = sorted((r.case.heads, r.case.batch, r.case.seqlen, r.case.dtype, r.case.workload, r.vendor_ratio)
+                   for r in results if r.case.impl == impl and r.vendor_ratio is not None)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(cases) + 4.0), 3.4), layout="constrained")
     x = range(len(cases))
     values = [c[-1] for c in cases]
@@ -78,7 +80,7 @@ def ratio_png(path, cfg, results, platform) -> None:
     ax.bar_label(bars, [f"{v:.2f}" for v in values], fontsize=8)
     ax.axhline(floor, color="C3", ls="--", label=f"gate floor {floor:.2f} (gate.vendor_ratio.{platform}.floor)")
     ax.axhline(1.0, color="grey", lw=1, label=f"= {vendor}")
-    ax.set_xticks(list(x), [f"h{h} b{b} s{s}\n{d}" for h, b, s, d, _ in cases],
+    ax.set_xticks(list(x), [f"h{h} b{b} s{s}\n{d}" + ("" if w == DENSE else f"\n{w}") for h, b, s, d, w, _ in cases],
                   fontsize=8, rotation=30 if len(cases) > 6 else 0)
     ax.set_ylim(0, max([1.1, *values]) * 1.12)
     ax.set(ylabel=f"TFLOPs {impl} / {vendor}", title=f"{impl} vs {vendor} per case")
@@ -89,7 +91,7 @@ def ratio_png(path, cfg, results, platform) -> None:
 
 
 def trend_png(path, cfg, commits, series) -> None:
-    """series: {Case: [latency s or None per commit]}; one panel per (batch, seqlen, dtype, heads)."""
+    """series: {Case: [latency s or None per commit]}; one panel per (batch, seqlen, dtype, heads, workload)."""
     plt = pyplot()
     panels = sorted({c.key[1:] for c in series})
     ncols = min(len(panels), 5)
@@ -97,15 +99,15 @@ def trend_png(path, cfg, commits, series) -> None:
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 1.8, 2.7 * nrows), squeeze=False,
                              layout="constrained")
     labels = [c.commit[:8] for c in commits]
-    for ax, (batch, seqlen, dtype, heads) in zip(axes.flat, panels):
+    for ax, (batch, seqlen, dtype, heads, workload) in zip(axes.flat, panels):
         for impl in impl_order(cfg, [c.impl for c in series]):
-            values = series.get(Case(impl, batch, seqlen, dtype, heads))
+            values = series.get(Case(impl, batch, seqlen, dtype, heads, workload))
             if values:
                 ax.plot(range(len(labels)), [v * 1e6 if v is not None else math.nan for v in values], marker="o",
                         ms=4, color=_colors(cfg).get(impl), label=impl)
         ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
         ax.set_ylim(bottom=0)
-        ax.set_title(f"h{heads} b{batch} s{seqlen} {dtype}", fontsize=9)
+        ax.set_title(f"h{heads} b{batch} s{seqlen} {dtype}" + ("" if workload == DENSE else f" {workload}"), fontsize=9)
         ax.set_ylabel("median µs", fontsize=8)
         ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:

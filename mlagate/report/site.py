@@ -27,7 +27,7 @@ from mlagate.report.plots import impl_order, ratio_png, tflops_png, trend_png
 from mlagate.store import record as recorder
 from mlagate.store.errors import StoreError
 from mlagate.store.results import Store, pick_machine
-from mlagate.store.results_file import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, ok_value
+from mlagate.store.results_file import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, WORKLOAD_BENCH, ok_value
 
 PORT = 8080  # documented in docs/report.md: `python -m http.server 8080 --directory OUT`
 
@@ -98,8 +98,12 @@ def localize_assets(html_dir: Path) -> bool:
 
 
 def asv_url(bench: str, machine: str, case: Case | None = None) -> str:
-    """asv's graph of one benchmark, narrowed to one case (asv's hash: p-<param>=<repr of the value>)."""
-    params = [("machine", machine)] + [(f"p-{n}", repr(v)) for n, v in zip(PARAM_NAMES, case.key if case else ())]
+    """asv's graph of one benchmark, narrowed to one case (asv's hash: p-<param>=<repr of the value>); a
+    workload's case is in the workload benchmark, the only one with the workload parameter."""
+    if case is not None and case.paged:
+        bench = next(name for name, logical in WORKLOAD_BENCH.items() if logical == bench)
+    key = () if case is None else case.key if case.paged else case.key[:-1]
+    params = [("machine", machine)] + [(f"p-{n}", repr(v)) for n, v in zip(PARAM_NAMES, key)]
     return f"asv/index.html#{bench}?" + "&".join(f"{quote(k, safe=URI_SAFE)}={quote(v, safe=URI_SAFE)}"
                                                   for k, v in params)
 

@@ -16,14 +16,19 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlagate.case import PARAM_NAMES, case_label
+from mlagate.case import DENSE, PARAM_NAMES, case_label
 from mlagate.store.errors import StoreError
 
 BENCH_TIME = "mla_decode.TimeDecode.time_decode"
 BENCH_TFLOPS = "mla_decode.Throughput.track_tflops"
 BENCH_RATIO = "mla_decode.Throughput.track_vendor_ratio"
-# Results recorded before heads became a parameter were all measured at 128 heads.
-LEGACY_HEADS = 128
+# The workloads' benchmarks (their own classes, so asv's parameter product stays the cases that exist):
+# read into the dense benchmark of the same measure, their keys told apart by the workload.
+WORKLOAD_BENCH = {"mla_decode.TimeWorkload.time_decode": BENCH_TIME,
+                  "mla_decode.WorkloadThroughput.track_tflops": BENCH_TFLOPS,
+                  "mla_decode.WorkloadThroughput.track_vendor_ratio": BENCH_RATIO}
+# Results recorded before heads, then the workload, became parameters: 128 heads, the dense grid.
+LEGACY_TAIL = (128, DENSE)
 
 
 @dataclass(frozen=True)
@@ -48,17 +53,19 @@ class _Invalid(ValueError):
 # The benchmarks mlagate records measure positive quantities: seconds, TFLOPs, a ratio of TFLOPs
 # (asv_suite.metric gives NaN, never 0, where one does not exist).
 POSITIVE = (BENCH_TIME, BENCH_TFLOPS, BENCH_RATIO)
-_KEY_TYPES = (str, int, int, str, int)  # PARAM_NAMES' types
+_KEY_TYPES = (str, int, int, str, int, str)  # PARAM_NAMES' types
 _FULL_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 def case_keys(raw_params) -> list:
     """asv's parameter lists (values as Python literals) -> case keys, in asv's result order.
-    Files without the heads parameter read as heads = LEGACY_HEADS."""
+    Files without the last parameters (heads, workload) read as LEGACY_TAIL's; the dense benchmarks
+    have no workload parameter."""
     if not isinstance(raw_params, list) or not all(isinstance(v, list) for v in raw_params):
         raise _Invalid(f"params must be a list of lists, got {raw_params!r:.80}")
-    if len(raw_params) == len(PARAM_NAMES) - 1:
-        raw_params = [*raw_params, [repr(LEGACY_HEADS)]]
+    missing = len(PARAM_NAMES) - len(raw_params)
+    if 0 < missing <= len(LEGACY_TAIL):
+        raw_params = [*raw_params, *([repr(v)] for v in LEGACY_TAIL[len(LEGACY_TAIL) - missing:])]
     if len(raw_params) != len(PARAM_NAMES):
         raise ValueError(f"{len(raw_params)} parameters, expected {', '.join(PARAM_NAMES)}")
     values = [[_param(name, kind, v) for v in vs] for name, kind, vs in zip(PARAM_NAMES, _KEY_TYPES, raw_params)]
@@ -123,7 +130,7 @@ def _benchmark(name, row, columns) -> dict:
     samples = _column(row, columns.index("samples") if "samples" in columns else None, f"{name} samples", keys)
     if results is None:
         raise _Invalid(f"{name}: no results")
-    positive = name in POSITIVE
+    positive = WORKLOAD_BENCH.get(name, name) in POSITIVE
     return {key: _entry(f"{name} {case_label(key)}", value, samples[i] if samples else None, positive)
             for i, (key, value) in enumerate(zip(keys, results))}
 
@@ -186,7 +193,12 @@ def parse_results_file(path) -> tuple:
         raise StoreError(f"{path}: not readable JSON ({e})") from None
     try:
         commit, date, columns = _header(data)
-        benchmarks = {name: _benchmark(name, row, columns) for name, row in data["results"].items()}
+        benchmarks = {}
+        for name, row in data["results"].items():
+            entries, into = _benchmark(name, row, columns), benchmarks.setdefault(WORKLOAD_BENCH.get(name, name), {})
+            if set(entries) & set(into):
+                raise _Invalid(f"{name}: {case_label(min(set(entries) & set(into), key=str))} is in two benchmarks")
+            into.update(entries)
         if infinite:
             raise _Invalid(f"{infinite}: an infinite number")
         return commit, date, benchmarks

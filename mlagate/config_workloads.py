@@ -1,0 +1,100 @@
+"""perf.yml's `workloads:` section: serving-shaped decode batches, measured beside the dense grid.
+
+A workload is a paged KV cache and the sequence lengths of a batch. Every implementation of one
+workload case reads identical inputs: the same lengths, the same shuffled page table, pages of the
+platform's `page_size` tokens. Lengths are drawn with Python's `random.Random(seed).random()` (the
+one stream Python keeps the same across versions), so a workload is the same batch on every machine.
+Checked as the rest of perf.yml is (mlagate/config.py): an unknown key or a bad value is a ConfigError
+naming it.
+"""
+
+import math
+import random
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from mlagate.case import DENSE
+from mlagate.config_reader import ConfigError, KeyReader, open_section_keys
+
+DISTRIBUTIONS = ("uniform", "lognormal")
+MAX_LENGTH = 131072  # the longest context the kernels are tested at (tests/test_paged_gpu.py)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    distribution: str  # uniform: every sequence at `mean`; lognormal: a long tail around it
+    mean: int  # tokens per sequence, exactly: a case's seqlen, so TFLOPs count real tokens only
+    batch: tuple
+    heads: tuple
+    minimum: int = 1
+    maximum: int = MAX_LENGTH
+    sigma: float = 0.0  # lognormal shape: the standard deviation of log(length)
+    seed: int = 0
+
+    def lengths(self, batch: int) -> tuple:
+        """The batch's sequence lengths: clipped to [minimum, maximum], summing to batch x mean."""
+        if self.distribution == "uniform":
+            return (self.mean,) * batch
+        rng = random.Random(self.seed)
+        normal = NormalDist()
+        z = [normal.inv_cdf(min(max(rng.random(), 1e-12), 1 - 1e-12)) for _ in range(batch)]
+
+        def draw(mu):
+            return [min(max(round(math.exp(mu + self.sigma * x)), self.minimum), self.maximum) for x in z]
+
+        low, high = math.log(self.minimum) - 8 * self.sigma, math.log(self.maximum) + 8 * self.sigma
+        for _ in range(100):  # the mean grows with mu: bisect to the closest draw
+            mid = (low + high) / 2
+            low, high = (mid, high) if sum(draw(mid)) < batch * self.mean else (low, mid)
+        lengths = draw(high)
+        # Then whole tokens, one at a time, to or from the longest sequences that can take them.
+        excess = sum(lengths) - batch * self.mean
+        order = sorted(range(batch), key=lambda i: (-lengths[i], i))
+        while excess:
+            step = 1 if excess < 0 else -1
+            movable = [i for i in order if self.minimum <= lengths[i] + step <= self.maximum]
+            for i in movable[:abs(excess)]:
+                lengths[i] += step
+                excess += step
+        return tuple(lengths)
+
+    def describe(self) -> str:
+        if self.distribution == "uniform":
+            return f"every sequence {self.mean} tokens"
+        return (f"lognormal (sigma {self.sigma:g}) lengths, mean {self.mean}, clipped to "
+                f"[{self.minimum}, {self.maximum}], seed {self.seed}")
+
+
+def parse(top: KeyReader, heads_allowed) -> dict:
+    """{name: Workload} of the `workloads:` section (optional: none without it)."""
+    if "workloads" not in top.data:
+        return {}
+    section = top.section("workloads", open_section_keys(top.data.get("workloads")))
+    workloads = {}
+    for name in section.data:
+        if name == DENSE:
+            raise ConfigError(f"workloads.{name}: '{DENSE}' names the grid's own cases; choose another name")
+        kind = section.section(name, ("distribution", "mean", "batch", "heads", "min", "max", "sigma", "seed"))
+        distribution = kind.get("distribution", str)
+        if distribution not in DISTRIBUTIONS:
+            raise ConfigError(f"workloads.{name}.distribution: {distribution!r} is not one of "
+                              f"{', '.join(DISTRIBUTIONS)}")
+        keys = ("distribution", "mean", "batch", "heads") + (("min", "max", "sigma", "seed")
+                                                              if distribution == "lognormal" else ())
+        w = section.section(name, keys)
+        for key in keys:
+            if key not in w.data:
+                raise ConfigError(f"workloads.{name}.{key}: missing")
+        mean = w.get("mean", int, minimum=1, maximum=MAX_LENGTH)
+        fields = dict(name=name, distribution=distribution, mean=mean, batch=w.int_list("batch"),
+                      heads=w.int_list("heads", choices=heads_allowed))
+        if distribution == "lognormal":
+            fields.update(minimum=w.get("min", int, minimum=1), maximum=w.get("max", int, maximum=MAX_LENGTH),
+                          sigma=w.get("sigma", float, minimum=0, exclusive_min=True, maximum=4),
+                          seed=w.get("seed", int, minimum=0))
+            if not fields["minimum"] <= mean <= fields["maximum"]:
+                raise ConfigError(f"workloads.{name}.mean: {mean} must lie within min {fields['minimum']} and "
+                                  f"max {fields['maximum']}")
+        workloads[name] = Workload(**fields)
+    return workloads

@@ -1,0 +1,171 @@
+"""Serving workloads (perf.yml `workloads:`) on a CPU: the lengths they draw, the cases they add, how
+their results are stored and read back, and how a batch is handed to the paged kernels."""
+
+import json
+
+import pytest
+import torch
+
+from mlagate import config
+from mlagate.case import DENSE, Case, CaseResult, RunStatus
+from mlagate.config_workloads import Workload
+from mlagate.measure import impls
+from mlagate.store.results_file import BENCH_TIME, parse_results_file
+
+CFG = config.load()
+RAGGED = CFG.workloads["ragged-4k"]
+
+
+def test_lengths_are_the_same_on_every_call_and_sum_to_batch_times_mean():
+    for batch in (64, 128):
+        lengths = RAGGED.lengths(batch)
+        assert lengths == RAGGED.lengths(batch)
+        assert sum(lengths) == batch * RAGGED.mean  # TFLOPs count exactly the tokens of the case's seqlen
+        assert RAGGED.minimum <= min(lengths) and max(lengths) <= RAGGED.maximum
+    # Pinned: Python's random.Random(seed).random() is the stream Python keeps across versions; a change
+    # here changes what every recorded ragged-4k case measured.
+    assert RAGGED.lengths(128)[:6] == (6132, 4211, 1430, 837, 1881, 1363)
+    assert (min(RAGGED.lengths(128)), max(RAGGED.lengths(128))) == (47, 32768)
+
+
+def test_a_long_tail_is_a_long_tail_and_the_seed_matters():
+    lengths = sorted(RAGGED.lengths(128))
+    assert lengths[64] < RAGGED.mean < lengths[-1] / 4  # median under the mean, a tail far past it
+    other = Workload(**{**RAGGED.__dict__, "seed": 1})
+    assert other.lengths(128) != RAGGED.lengths(128) and sum(other.lengths(128)) == 128 * RAGGED.mean
+
+
+def test_uniform_lengths_are_the_mean():
+    assert CFG.workloads["uniform-paged"].lengths(3) == (4096, 4096, 4096)
+
+
+def test_the_grid_adds_each_workload_as_its_own_cases_with_the_platforms_pages():
+    cases = CFG.cases("quick", ["tilelang-hopper", "flash_mla"], "cuda")
+    paged = [c for c in cases if c.paged]
+    assert {c.workload for c in cases} == {DENSE, "uniform-paged", "ragged-4k"}
+    assert len(paged) == 2 * 2 * 2  # implementations x workloads x batches
+    assert {c.page_size for c in paged} == {64}
+    assert {c.page_size for c in CFG.cases("quick", ["tilelang-cdna3"], "rocm") if c.paged} == {1}
+    ragged = next(c for c in paged if c.workload == "ragged-4k" and c.batch == 128)
+    assert ragged.lengths == RAGGED.lengths(128) and ragged.seqlen == RAGGED.mean
+    assert ragged.label() == "tilelang-hopper h=16 b=128 s=4096 float16 ragged-4k"
+    # A stored key becomes the same case again (the gate's re-measure, bisect), lengths and all.
+    assert CFG.case(ragged.key, "cuda").lengths == ragged.lengths
+    assert CFG.case(ragged.key, "cuda") == ragged and Case(*ragged.key) == ragged  # lengths are not identity
+
+
+def test_a_recorded_workload_that_perf_yml_no_longer_has_is_an_error():
+    with pytest.raises(config.ConfigError, match=r"workloads.gone: not in perf.yml"):
+        CFG.case(("tilelang-hopper", 64, 4096, "float16", 16, "gone"), "cuda")
+    with pytest.raises(config.ConfigError, match=r"workloads.ragged-4k.mean: 4096, but .* recorded at 2048"):
+        CFG.case(("tilelang-hopper", 64, 2048, "float16", 16, "ragged-4k"), "cuda")
+
+
+def test_a_case_result_keeps_its_lengths_through_json():
+    case = CFG.cases("quick", ["torch"], "cuda")[-1]
+    back = CaseResult.from_dict(json.loads(json.dumps(CaseResult(case, RunStatus.SKIPPED, "x").to_dict())))
+    assert back.case == case and back.case.lengths == case.lengths and back.case.page_size == 64
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("distribution", "zipf", r"workloads.ragged-4k.distribution: 'zipf' is not one of uniform, lognormal"),
+    ("mean", 0, r"workloads.ragged-4k.mean: must be >= 1"),
+    ("mean", 40000, r"workloads.ragged-4k.mean: 40000 must lie within min 1 and max 32768"),
+    ("max", 200000, r"workloads.ragged-4k.max: must be <= 131072"),
+    ("sigma", float("nan"), r"workloads.ragged-4k.sigma: must be a finite number"),
+    ("seed", -1, r"workloads.ragged-4k.seed: must be >= 0"),
+    ("heads", [12], r"workloads.ragged-4k.heads: 12 is not one of 16, 32, 64, 128"),
+    ("color", "red", r"workloads.ragged-4k.color: unknown key"),
+])
+def test_bad_workload_values_are_named(key, value, message):
+    import yaml
+
+    data = yaml.safe_load(config.DEFAULT_PATH.read_text())
+    data["workloads"]["ragged-4k"][key] = value
+    with pytest.raises(config.ConfigError, match=message):
+        config.parse(data)
+
+
+def test_a_grid_names_only_workloads_that_exist_and_dense_is_reserved():
+    import yaml
+
+    data = yaml.safe_load(config.DEFAULT_PATH.read_text())
+    data["grid"]["quick"]["workloads"] = ["ragged-8k"]
+    with pytest.raises(config.ConfigError, match=r"grid.quick.workloads: 'ragged-8k' is not one of"):
+        config.parse(data)
+    data = yaml.safe_load(config.DEFAULT_PATH.read_text())
+    data["workloads"]["dense"] = data["workloads"].pop("uniform-paged")
+    with pytest.raises(config.ConfigError, match=r"workloads.dense: 'dense' names the grid's own cases"):
+        config.parse(data)
+
+
+def test_workload_benchmarks_are_read_into_the_dense_benchmarks_by_workload(tmp_path):
+    params = [["'tilelang-hopper'"], ["64"], ["4096"], ["'float16'"], ["16"]]
+    row = lambda ps, v: [[v], ps, None, None, None, None, None, None, None, None, [[v]]]  # noqa: E731
+    columns = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
+               "stats_q_25", "stats_q_75", "stats_number", "samples"]
+    data = {"commit_hash": "a" * 40, "date": 1, "result_columns": columns, "results": {
+        BENCH_TIME: row(params, 1e-4),
+        "mla_decode.TimeWorkload.time_decode": row([*params, ["'ragged-4k'"]], 2e-4)}}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    _, _, benchmarks = parse_results_file(path)
+    assert {k: e.value for k, e in benchmarks[BENCH_TIME].items()} == {
+        ("tilelang-hopper", 64, 4096, "float16", 16, "dense"): 1e-4,
+        ("tilelang-hopper", 64, 4096, "float16", 16, "ragged-4k"): 2e-4}
+    data["results"]["mla_decode.TimeWorkload.time_decode"] = row([*params, ["'dense'"]], 2e-4)
+    path.write_text(json.dumps(data))
+    with pytest.raises(Exception, match=r"TimeWorkload.time_decode: tilelang-hopper h=16 b=64 s=4096 float16 is "
+                                        r"in two benchmarks"):
+        parse_results_file(path)
+
+
+def test_a_dense_batch_reaches_a_vendor_kernel_as_contiguous_pages():
+    q, q_pe = torch.zeros(2, 16, 512), torch.zeros(2, 16, 64)
+    kv, k_pe = torch.arange(2 * 128 * 512.).view(2, 128, 1, 512), torch.zeros(2, 128, 1, 64)
+    p = impls.as_pages((q, q_pe, kv, k_pe), "flash_mla", 64)
+    assert p.block_table.tolist() == [[0, 1], [2, 3]] and p.seqlens.tolist() == [128, 128]
+    assert p.kv_cache.data_ptr() == kv.data_ptr()  # a view: nothing copied
+    assert torch.equal(p.kv_cache[3, 63], kv[1, 127, 0])
+    with pytest.raises(impls.Unavailable, match="seqlen 128 is not a multiple"):
+        impls.as_pages((q, q_pe, kv, k_pe), "x", 96)
+    with pytest.raises(impls.Unavailable, match="takes pages of 1 tokens, this cache has 64"):
+        impls.as_pages(p, "aiter", 1)
+
+
+def test_csr_page_lists_are_each_sequences_used_pages_in_order():
+    table = torch.tensor([[5, 2, -1], [0, 4, 3]], dtype=torch.int32)
+    p = impls.Paged(torch.zeros(2, 16, 512), torch.zeros(2, 16, 64), torch.zeros(6, 64, 512),
+                    torch.zeros(6, 64, 64), table, torch.tensor([65, 129], dtype=torch.int32))
+    pages, ids = p.used_pages()
+    assert pages == [2, 3] and ids.tolist() == [5, 2, 0, 4, 3]
+
+
+def test_the_re_measure_runs_each_commits_paged_kernel_on_that_commits_dense_file(tmp_path):
+    """The paged kernel imports the dense one (tiles, the attend body): a commit's paged kernel must be
+    built on the same commit's dense file, or a change to the shared body would read as no change."""
+    import subprocess
+    import sys
+
+    from mlagate import gitops
+    from mlagate.kernels import mla_decode
+    from mlagate.measure import interleaved
+
+    def commit(mark):
+        for name in ("mla_decode.py", "mla_decode_paged.py"):
+            text = (gitops.REPO / "kernels" / name).read_text()
+            (tmp_path / "kernels").mkdir(exist_ok=True)
+            (tmp_path / "kernels" / name).write_text(text + (f"\nMARK = {mark!r}\n" if name == "mla_decode.py" else ""))
+        for args in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false",
+                                     "commit", "-qm", mark]):
+            subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+        return subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    base, head = commit("base"), commit("head")
+    paged = {c: interleaved.kernel_module_at(tmp_path, c, interleaved.PAGED_KERNEL_FILE) for c in (base, head)}
+    assert paged[base].dense.MARK == "base" and paged[head].dense.MARK == "head"
+    assert paged[base].TileConfig is paged[base].dense.TileConfig  # its named imports too
+    assert sys.modules["mlagate.kernels.mla_decode"] is mla_decode  # today's module is back
+    assert sys.modules["mlagate.kernels"].mla_decode is mla_decode
