@@ -91,6 +91,22 @@ class PagedPlan:
         return min(self.config.num_stages, 1) if self.gather else self.config.num_stages
 
 
+def split_for_lengths(lengths, shape: PagedShape, config: TileConfig, sm_count: int) -> int:
+    """The split count of num_split 0 ("fill the device") for a batch of these lengths: the smallest
+    power of two (<= 32) at which the longest sequence's splits are no longer than an SM's share of
+    the batch (90% of the SMs, as the dense rule fills): n x tokens x head blocks >= 0.9 x SMs x longest.
+    With equal lengths this is the dense rule (mla_decode.resolve_num_split) exactly; with a long tail
+    it keeps the longest sequence from running alone on one SM while the others idle."""
+    if config.num_split:
+        return config.num_split
+    head_blocks = math.ceil(shape.heads / min(config.block_H, shape.heads))
+    work, longest = sum(lengths) * head_blocks, max(lengths)
+    split = 1
+    while split * work < 0.9 * sm_count * longest and split < 32:
+        split *= 2
+    return split
+
+
 def plan(shape: PagedShape, config: TileConfig, arch: str, sm_count: int | None = None) -> PagedPlan:
     """The dense plan at full capacity: its split count is the fill rule's, capped at the tiles
     the longest possible sequence has; its head block and threads are the dense kernel's."""
@@ -271,15 +287,18 @@ class CompiledPagedDecode:
 _compiled: dict = {}
 
 
-def compiled(shape: PagedShape, config: TileConfig, device=None) -> CompiledPagedDecode:
-    """Compile once per (shape, config, device architecture) in this process."""
+def compiled(shape: PagedShape, config: TileConfig, device=None, lengths=None) -> CompiledPagedDecode:
+    """Compile once per (shape, config, device architecture) in this process; with the batch's
+    ``lengths``, a config of num_split 0 is compiled with split_for_lengths' count."""
     import torch
 
     device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     arch = device_arch(device)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    if lengths:
+        config = config.with_(num_split=split_for_lengths(lengths, shape, config, sms))
     key = (shape, config, arch)
     if key not in _compiled:
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
         _compiled[key] = CompiledPagedDecode(shape, config, arch, sms)
     return _compiled[key]
 
@@ -368,7 +387,7 @@ def mla_decode_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, 
 
     shape = check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens)
     config = config or dense.config_for_arch(device_arch(q.device))
-    kernel = compiled(shape, config, q.device)
+    kernel = compiled(shape, config, q.device, cache_seqlens.tolist())
     out = torch.empty_like(q)
     lse = torch.empty(shape.batch, shape.heads, device=q.device, dtype=torch.float32)
     kernel(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # H200 steps of 2026-11-30 (issue 17: serving workloads). After `notes/h200_heads.sh unpack1`:
-#   step tests : core packages (carry .gpu/p2); the GPU test suite (paged kernel, every implementation on the
-#                workloads); compute-sanitizer memcheck on one ragged-4k batch
+#   step tests : core packages (carry .gpu/p2); the GPU test suite (TESTS=paths for a part: the paged kernel,
+#                every implementation on the workloads); compute-sanitizer memcheck on one ragged-4k batch
 #   step bench : `mlagate bench --grid quick`: every implementation, the dense points and both workloads
 #   step record: a full-grid `mlagate record` with the workloads (notes/h200_truth.sh record)
 set -uo pipefail
@@ -13,7 +13,7 @@ case "$1" in
 tests)
   [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
   git log --oneline -1
-  timed timeout 330 python3 -m pytest tests -m gpu -n 8 -q -p no:cacheprovider --benchmark-disable 2>&1 \
+  timed timeout 330 python3 -m pytest ${TESTS:-tests} -m gpu -n 8 -q -p no:cacheprovider --benchmark-disable 2>&1 \
     | tee "$OUT/pytest_gpu.log" | tail -15
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
   echo "compute-sanitizer: $CS"

@@ -86,7 +86,7 @@ def launch_at(repo, commit, case: Case, inputs: Inputs):
     config = config_at(repo, commit, module, case.impl[len(TILELANG_PREFIX):], shape, mla_decode.device_arch(q.device))
     if case.paged:  # the config the dense kernel runs at the batch's mean length, as impls does
         paged = kernel_module_at(repo, commit, PAGED_KERNEL_FILE)
-        kernel = paged.compiled(paged.check_paged_inputs(*inputs.tensors), config)
+        kernel = paged.compiled(paged.check_paged_inputs(*inputs.tensors), config, lengths=case.lengths)
     else:
         kernel = module.compiled(shape, config)
     out, lse = torch.empty_like(q), torch.empty(case.batch, case.heads, device=q.device, dtype=torch.float32)
