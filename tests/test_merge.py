@@ -308,3 +308,31 @@ def test_the_helpers_split_as_asv_writes(tmp_path):
     for key, entry in original.items():
         measured = [i for i, e in enumerate(per_shard) if e[key].status != "skipped"]
         assert measured == ([runner_shard(Case(*key), 3)] if entry.status != "skipped" else []), key
+
+
+def test_shards_with_workload_benchmarks_merge_into_the_unsharded_record(tmp_path):
+    """The workloads' asv classes (their own benchmark names, a workload parameter) merge like the grid's
+    and read back into the same cases (store.results_file.WORKLOAD_BENCH)."""
+    from mlagate.store.results_file import WORKLOAD_BENCH
+
+    src = tmp_path / "src"
+    shutil.copytree(FULL, src)
+    path = results_path(src, FULL_HEAD)
+    data = json.loads(path.read_text())
+    p = data["result_columns"].index("params")
+    bench_json = json.loads((src / "benchmarks.json").read_text())
+    tail = [["128"], ["'ragged-4k'"]]  # the fixture predates the heads parameter: 128 heads
+    for name, logical in WORKLOAD_BENCH.items():  # the grid's rows again, as one workload's
+        row = json.loads(json.dumps(data["results"][logical]))
+        row[p] = [*row[p], *tail]
+        data["results"][name] = row
+        bench_json[name] = {**bench_json[logical], "name": name, "params": [*bench_json[logical]["params"], *tail],
+                            "param_names": [*bench_json[logical]["param_names"], "heads", "workload"]}
+    path.write_text(json.dumps(data))
+    (src / "benchmarks.json").write_text(json.dumps(bench_json))
+    original = Store(src).load(fx.MACHINE, FULL_HEAD)
+    assert sum(k[5] == "ragged-4k" for k in original.entries(BENCH_TIME)) == 70
+    merge_shards(split(tmp_path, 2, src=src), tmp_path / "into", fx.MACHINE, FULL_HEAD)
+    merged = Store(tmp_path / "into").load(fx.MACHINE, FULL_HEAD)
+    for bench, entries in original.benchmarks.items():
+        assert merged.entries(bench) == entries, bench

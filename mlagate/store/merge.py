@@ -20,7 +20,7 @@ from mlagate.measure.shards import parse_shard, runner_shard
 from mlagate.store.errors import StoreError
 from mlagate.store.files import install_record, recover, store_lock
 from mlagate.store.results import Store, refuse_recorded
-from mlagate.store.results_file import Entry, _number, case_keys, read_json
+from mlagate.store.results_file import WORKLOAD_BENCH, Entry, _number, case_keys, read_json
 
 # Columns of a results row with one value per benchmark; every other column has one per case.
 PER_BENCHMARK = ("params", "version", "started_at", "duration", "profile")
@@ -159,6 +159,7 @@ def _merge_row(name: str, shards: list, columns: list) -> tuple:
     """(merged row, {case key: Entry} it must read back as) of one benchmark."""
     p, n = columns.index("params"), len(shards)
     rows = [s.data["results"][name] for s in shards]
+    read_as = WORKLOAD_BENCH.get(name, name)  # a workload benchmark is read into the dense one
     params = _union_params([r[p] for r in rows], f"{name} in {', '.join(str(s.path) for s in shards)}")
     keys = case_keys(params)
     places = [{key: i for i, key in enumerate(case_keys(r[p]))} for r in rows]
@@ -168,7 +169,7 @@ def _merge_row(name: str, shards: list, columns: list) -> tuple:
     expected = {}
     for j, key in enumerate(keys):
         held = [(s, place[key], cols) for s, place, cols in zip(shards, places, shard_columns) if key in place]
-        measured = [h for h in held if h[0].entries[name][key].status != "skipped"]
+        measured = [h for h in held if h[0].entries[read_as][key].status != "skipped"]
         if len(measured) > 1:
             raise StoreError(f"{name} {case_label(key)}: measured by {measured[0][0].label} and by "
                              f"{measured[1][0].label}; one runner measures each grid point")
@@ -177,7 +178,7 @@ def _merge_row(name: str, shards: list, columns: list) -> tuple:
             raise StoreError(f"{measured[0][0].path}: {name} {case_label(key)} is measured in shard "
                              f"{measured[0][0].index + 1}/{n}, but its grid point is shard {owner + 1}/{n}'s")
         source = (measured or held)[:1]  # the measuring shard; a skipped case from the first that has it
-        expected[key] = source[0][0].entries[name][key] if source else Entry("skipped")
+        expected[key] = source[0][0].entries[read_as][key] if source else Entry("skipped")
         for s, i, cols in source:
             for c in per_case:
                 per_case[c][j] = cols[c][i] if cols[c] is not None else None
@@ -222,7 +223,8 @@ def _stage(staging: Path, machine: str, commit: str, shards: list) -> Path:
     first = shards[0]
     results, expected = {}, {}
     for name in first.data["results"]:
-        results[name], expected[name] = _merge_row(name, shards, first.data["result_columns"])
+        results[name], cases = _merge_row(name, shards, first.data["result_columns"])
+        expected.setdefault(WORKLOAD_BENCH.get(name, name), {}).update(cases)
     (folder := staging / machine).mkdir(parents=True)
     (staging / "benchmarks.json").write_text(json.dumps(_benchmarks_json(shards), indent=4))
     (folder / "machine.json").write_bytes(first.machine_json)
