@@ -81,7 +81,7 @@ def ratio_png(path, cfg, results, platform) -> None:
     ax.axhline(floor, color="C3", ls="--", label=f"gate floor {floor:.2f} (gate.vendor_ratio.{platform}.floor)")
     ax.axhline(1.0, color="grey", lw=1, label=f"= {vendor}")
     ax.set_xticks(list(x), [f"h{h} b{b} s{s}\n{d}" + ("" if w == DENSE else f"\n{w}") for h, b, s, d, w, _ in cases],
-                  fontsize=8, rotation=30 if len(cases) > 6 else 0)
+                  fontsize=8, rotation=30 if len(cases) > 4 else 0)
     ax.set_ylim(0, max([1.1, *values]) * 1.12)
     ax.set(ylabel=f"TFLOPs {impl} / {vendor}", title=f"{impl} vs {vendor} per case")
     fig.legend(loc="outside right upper", fontsize=8)
