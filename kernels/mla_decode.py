@@ -244,6 +244,37 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
     return attend
 
 
+def combine_macro(dim: int):
+    """The split-KV combine of both decode kernels: one (sequence, head) merges its first ``n_splits``
+    partial outputs with max-subtracted exp2 weights of their log2-sum-exps, and writes the output and
+    the natural-log lse."""
+    accum = "float32"
+
+    @T.macro
+    def combine(glse, O_partial, Output, Lse, bid, hid, n_splits):
+        o_accum = T.alloc_fragment([dim], accum)
+        lse_max = T.alloc_local([1], accum)
+        lse_sum = T.alloc_local([1], accum)
+        weight = T.alloc_local([1], accum)
+        T.clear(o_accum)
+        lse_max[0] = -T.infinity(accum)
+        lse_sum[0] = 0
+        for k in T.serial(n_splits):
+            lse_max[0] = T.max(lse_max[0], glse[bid, hid, k])
+        for k in T.serial(n_splits):
+            lse_sum[0] += T.exp2(glse[bid, hid, k] - lse_max[0])
+        lse_sum[0] = T.log2(lse_sum[0]) + lse_max[0]
+        for k in T.serial(n_splits):
+            weight[0] = T.exp2(glse[bid, hid, k] - lse_sum[0])
+            for i in T.Parallel(dim):
+                o_accum[i] += O_partial[bid, hid, k, i] * weight[0]
+        for i in T.Parallel(dim):
+            Output[bid, hid, i] = o_accum[i]
+        Lse[bid, hid] = lse_sum[0] * LN2
+
+    return combine
+
+
 def program(p: Plan):
     """The TileLang program for a plan: split + combine, or no-split."""
     s, c = p.shape, p.config
@@ -264,6 +295,7 @@ def program(p: Plan):
 
     # Only a tail tile needs the mask, and every split holds tokens.
     attend = attend_macro(s, c, block_H, c.num_stages, load_tile, masked=p.masked, empty_splits=False)
+    combine = combine_macro(dim)
 
     @T.prim_func
     def main_split(
@@ -289,25 +321,7 @@ def program(p: Plan):
             T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
 
         with T.Kernel(heads, batch, threads=128) as (hid, bid):
-            o_accum = T.alloc_fragment([dim], accum)
-            lse_max = T.alloc_local([1], accum)
-            lse_sum = T.alloc_local([1], accum)
-            weight = T.alloc_local([1], accum)
-            T.clear(o_accum)
-            lse_max[0] = -T.infinity(accum)
-            lse_sum[0] = 0
-            for k in T.serial(num_split):
-                lse_max[0] = T.max(lse_max[0], glse[bid, hid, k])
-            for k in T.serial(num_split):
-                lse_sum[0] += T.exp2(glse[bid, hid, k] - lse_max[0])
-            lse_sum[0] = T.log2(lse_sum[0]) + lse_max[0]
-            for k in T.serial(num_split):
-                weight[0] = T.exp2(glse[bid, hid, k] - lse_sum[0])
-                for i in T.Parallel(dim):
-                    o_accum[i] += O_partial[bid, hid, k, i] * weight[0]
-            for i in T.Parallel(dim):
-                Output[bid, hid, i] = o_accum[i]
-            Lse[bid, hid] = lse_sum[0] * LN2
+            combine(glse, O_partial, Output, Lse, bid, hid, num_split)
 
     @T.prim_func
     def main_no_split(

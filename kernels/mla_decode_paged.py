@@ -151,6 +151,7 @@ def program(p: PagedPlan):
 
     # Lengths are runtime data: every tile may hold a tail, and a split past a sequence's end none.
     attend = dense.attend_macro(s, c, block_H, p.num_stages, load_tile, masked=True, empty_splits=True)
+    combine = dense.combine_macro(dim)
 
     @T.prim_func
     def main_split(
@@ -183,27 +184,9 @@ def program(p: PagedPlan):
             T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
 
         with T.Kernel(heads, batch, threads=128) as (hid, bid):
-            o_accum = T.alloc_fragment([dim], accum)
-            lse_max = T.alloc_local([1], accum)
-            lse_sum = T.alloc_local([1], accum)
-            weight = T.alloc_local([1], accum)
             seqlen = Cache_seqlens[bid]
             live_splits = T.ceildiv(seqlen, split_tokens(seqlen, num_split, block_N))  # split 0 always holds a token
-            T.clear(o_accum)
-            lse_max[0] = -T.infinity(accum)
-            lse_sum[0] = 0
-            for k in T.serial(live_splits):
-                lse_max[0] = T.max(lse_max[0], glse[bid, hid, k])
-            for k in T.serial(live_splits):
-                lse_sum[0] += T.exp2(glse[bid, hid, k] - lse_max[0])
-            lse_sum[0] = T.log2(lse_sum[0]) + lse_max[0]
-            for k in T.serial(live_splits):
-                weight[0] = T.exp2(glse[bid, hid, k] - lse_sum[0])
-                for i in T.Parallel(dim):
-                    o_accum[i] += O_partial[bid, hid, k, i] * weight[0]
-            for i in T.Parallel(dim):
-                Output[bid, hid, i] = o_accum[i]
-            Lse[bid, hid] = lse_sum[0] * LN2
+            combine(glse, O_partial, Output, Lse, bid, hid, live_splits)
 
     @T.prim_func
     def main_no_split(
