@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from mlagate import config_tune, config_workloads
+from mlagate.config_workloads import MAX_LENGTH
 from mlagate.case import TILELANG_PREFIX, Case, family_impl
 from mlagate.config_reader import ConfigError, KeyReader, UniqueKeyLoader, open_section_keys
 from mlagate.hardware import arch_key
@@ -188,7 +189,8 @@ def parse(data) -> Config:
             if value not in impls:
                 raise ConfigError(f"platforms.{name}.{key}: {value!r} is not in implementations")
         platforms[name] = Platform(vendor, tilelang, s.choice_list("dtypes", DTYPES),
-                                   s.int_list("vendor_heads", choices=HEADS), s.get("page_size", int, minimum=1))
+                                   s.int_list("vendor_heads", choices=HEADS), s.get("page_size", int, minimum=1,
+                                                                                           maximum=MAX_LENGTH))
 
     t = top.section("timing", ("cold_l2", "cuda_graph", "warmup_ms", "window_ms", "samples_per_window",
                                "min_samples", "max_clock_drop", "record_s", "budgets"))

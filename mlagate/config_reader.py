@@ -93,7 +93,7 @@ class KeyReader:
         for v in values:
             if v not in choices:
                 raise ConfigError(f"{self._key(key)}: {v!r} is not one of {', '.join(choices)}")
-        return tuple(values)
+        return self._unique(key, values)
 
 
 def open_section_keys(section) -> tuple:

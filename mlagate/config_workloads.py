@@ -18,6 +18,7 @@ from mlagate.config_reader import ConfigError, KeyReader, open_section_keys
 
 DISTRIBUTIONS = ("uniform", "lognormal")
 MAX_LENGTH = 131072  # the longest context the kernels are tested at (tests/test_paged_gpu.py)
+MAX_BATCH = 4096  # a decode batch of a serving engine, with room
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,10 @@ def parse(top: KeyReader, heads_allowed) -> dict:
             if key not in w.data:
                 raise ConfigError(f"workloads.{name}.{key}: missing")
         mean = w.get("mean", int, minimum=1, maximum=MAX_LENGTH)
-        fields = dict(name=name, distribution=distribution, mean=mean, batch=w.int_list("batch"),
+        batch = w.int_list("batch")
+        if max(batch) > MAX_BATCH:
+            raise ConfigError(f"workloads.{name}.batch: {max(batch)} is over {MAX_BATCH} sequences")
+        fields = dict(name=name, distribution=distribution, mean=mean, batch=batch,
                       heads=w.int_list("heads", choices=heads_allowed))
         if distribution == "lognormal":
             fields.update(minimum=w.get("min", int, minimum=1), maximum=w.get("max", int, maximum=MAX_LENGTH),

@@ -76,6 +76,7 @@ def test_a_case_result_keeps_its_lengths_through_json():
     ("seed", -1, r"workloads.ragged-4k.seed: must be >= 0"),
     ("heads", [12], r"workloads.ragged-4k.heads: 12 is not one of 16, 32, 64, 128"),
     ("color", "red", r"workloads.ragged-4k.color: unknown key"),
+    ("batch", [64, 10_000_000], r"workloads.ragged-4k.batch: 10000000 is over 4096 sequences"),
 ])
 def test_bad_workload_values_are_named(key, value, message):
     import yaml
@@ -92,6 +93,13 @@ def test_a_grid_names_only_workloads_that_exist_and_dense_is_reserved():
     data = yaml.safe_load(config.DEFAULT_PATH.read_text())
     data["grid"]["quick"]["workloads"] = ["ragged-8k"]
     with pytest.raises(config.ConfigError, match=r"grid.quick.workloads: 'ragged-8k' is not one of"):
+        config.parse(data)
+    data["grid"]["quick"]["workloads"] = ["ragged-4k", "ragged-4k"]
+    with pytest.raises(config.ConfigError, match=r"grid.quick.workloads: entries must be unique"):
+        config.parse(data)
+    data = yaml.safe_load(config.DEFAULT_PATH.read_text())
+    data["platforms"]["cuda"]["page_size"] = 1 << 20
+    with pytest.raises(config.ConfigError, match=r"platforms.cuda.page_size: must be <= 131072"):
         config.parse(data)
     data = yaml.safe_load(config.DEFAULT_PATH.read_text())
     data["workloads"]["dense"] = data["workloads"].pop("uniform-paged")
@@ -113,11 +121,6 @@ def test_workload_benchmarks_are_read_into_the_dense_benchmarks_by_workload(tmp_
     assert {k: e.value for k, e in benchmarks[BENCH_TIME].items()} == {
         ("tilelang-hopper", 64, 4096, "float16", 16, "dense"): 1e-4,
         ("tilelang-hopper", 64, 4096, "float16", 16, "ragged-4k"): 2e-4}
-    data["results"]["mla_decode.TimeWorkload.time_decode"] = row([*params, ["'dense'"]], 2e-4)
-    path.write_text(json.dumps(data))
-    with pytest.raises(Exception, match=r"TimeWorkload.time_decode: tilelang-hopper h=16 b=64 s=4096 float16 is "
-                                        r"in two benchmarks"):
-        parse_results_file(path)
 
 
 def test_a_dense_batch_reaches_a_vendor_kernel_as_contiguous_pages():
@@ -169,3 +172,20 @@ def test_the_re_measure_runs_each_commits_paged_kernel_on_that_commits_dense_fil
     assert paged[base].TileConfig is paged[base].dense.TileConfig  # its named imports too
     assert sys.modules["mlagate.kernels.mla_decode"] is mla_decode  # today's module is back
     assert sys.modules["mlagate.kernels"].mla_decode is mla_decode
+
+
+@pytest.mark.parametrize("name, params, message", [
+    ("mla_decode.TimeWorkload.time_decode", [["'dense'"]], "do not name a workload"),
+    ("mla_decode.TimeWorkload.time_decode", [], "do not name a workload"),
+    (BENCH_TIME, [["'ragged-4k'"]], "name a workload; workloads have their own benchmarks"),
+])
+def test_a_results_file_that_mixes_the_grid_and_the_workloads_is_refused(tmp_path, name, params, message):
+    from mlagate.store.errors import StoreError
+
+    base = [["'tilelang-hopper'"], ["64"], ["4096"], ["'float16'"], ["16"]]
+    data = {"commit_hash": "a" * 40, "date": 1, "result_columns": ["result", "params"],
+            "results": {name: [[1e-4], [*base, *params]]}}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(StoreError, match=rf"{path}: not a valid asv results file: .*{message}"):
+        parse_results_file(path)

@@ -35,13 +35,14 @@ def _env_list(name, default):
     return tuple(v.strip() for v in value.split(",") if v.strip()) if value else tuple(default)
 
 
-def cases():
+def cases(sharded: bool = True):
+    """This run's cases; with --shard, only this runner's unless ``sharded`` is False."""
     from mlagate.measure.shards import parse_shard, runner_shard
 
     grid = os.environ.get("MLAGATE_GRID", "full")
     impls = _env_list("MLAGATE_IMPLS", config().implementations)
     cs = config().cases(grid, impls, platform(), _env_list("MLAGATE_DTYPES", ()))
-    if os.environ.get(SHARD_ENV):
+    if sharded and os.environ.get(SHARD_ENV):
         mine, shards = parse_shard(os.environ[SHARD_ENV])
         cs = [c for c in cs if runner_shard(c, shards) == mine]
     return cs
@@ -49,8 +50,10 @@ def cases():
 
 def params(workloads: bool = False):
     """asv params (a list per parameter, cartesian product) and their names: of the dense grid's
-    cases, or of the workloads' (which add the workload parameter). Empty lists: no such case."""
-    cs = [c for c in cases() if c.paged == workloads]
+    cases, or of the workloads' (which add the workload parameter). Empty lists: no such case. The
+    workloads' are the whole grid's under --shard too (a runner that owns none of their points still
+    has their classes, which `mlagate results merge` needs in every shard; the others' are skipped)."""
+    cs = [c for c in cases(sharded=not workloads) if c.paged == workloads]
     names = PARAM_NAMES if workloads else PARAM_NAMES[:-1]
     return [list(dict.fromkeys(getattr(c, name) for c in cs)) for name in names], list(names)
 

@@ -125,7 +125,13 @@ def _column(row, i, name, keys):
 def _benchmark(name, row, columns) -> dict:
     if not isinstance(row, list):
         raise _Invalid(f"{name}: a {type(row).__name__} where asv writes a list of columns")
-    keys = case_keys(row[columns.index("params")])
+    params = row[columns.index("params")]
+    keys = case_keys(params)
+    # a workload benchmark names its workload; the grid's are dense (none of mlagate's writes otherwise)
+    if name in WORKLOAD_BENCH and (len(params) != len(PARAM_NAMES) or any(k[-1] == DENSE for k in keys)):
+        raise _Invalid(f"{name}: params {params!r:.120} do not name a workload ({', '.join(PARAM_NAMES)})")
+    if name not in WORKLOAD_BENCH and any(k[-1] != DENSE for k in keys):
+        raise _Invalid(f"{name}: params {params!r:.120} name a workload; workloads have their own benchmarks")
     results = _column(row, columns.index("result"), f"{name} results", keys)
     samples = _column(row, columns.index("samples") if "samples" in columns else None, f"{name} samples", keys)
     if results is None:
@@ -195,10 +201,8 @@ def parse_results_file(path) -> tuple:
         commit, date, columns = _header(data)
         benchmarks = {}
         for name, row in data["results"].items():
-            entries, into = _benchmark(name, row, columns), benchmarks.setdefault(WORKLOAD_BENCH.get(name, name), {})
-            if set(entries) & set(into):
-                raise _Invalid(f"{name}: {case_label(min(set(entries) & set(into), key=str))} is in two benchmarks")
-            into.update(entries)
+            # disjoint: _benchmark refuses a workload benchmark's dense case and the grid's workload one
+            benchmarks.setdefault(WORKLOAD_BENCH.get(name, name), {}).update(_benchmark(name, row, columns))
         if infinite:
             raise _Invalid(f"{infinite}: an infinite number")
         return commit, date, benchmarks
