@@ -135,16 +135,20 @@ class Config:
         case = Case(*key)
         if not case.paged:
             return case
-        if case.workload not in self.workloads:
-            raise ConfigError(f"workloads.{case.workload}: not in perf.yml, but {case.label()} was recorded")
-        w = self.workloads[case.workload]
-        if case.seqlen != w.mean:
-            raise ConfigError(f"workloads.{w.name}.mean: {w.mean}, but {case.label()} was recorded at {case.seqlen}")
-        return self._workload_case(w, case.impl, case.batch, case.dtype, case.heads, self.platform(platform))
+        name = case.workload.partition(config_workloads.TAG_MARK)[0]
+        if name not in self.workloads:
+            raise ConfigError(f"workloads.{name}: not in perf.yml, but {case.label()} was recorded")
+        full = self._workload_case(self.workloads[name], case.impl, case.batch, case.dtype, case.heads,
+                                   self.platform(platform))
+        if full != case:
+            raise ConfigError(f"workloads.{name}: perf.yml defines {full.label()}, but {case.label()} was recorded "
+                              "(the workload changed since)")
+        return full
 
     @staticmethod
     def _workload_case(w, impl, batch, dtype, heads, p: Platform) -> Case:
-        return Case(impl, batch, w.mean, dtype, heads, w.name, page_size=p.page_size, lengths=w.lengths(batch))
+        return Case(impl, batch, w.mean, dtype, heads, w.tag(p.page_size), page_size=p.page_size,
+                    lengths=w.lengths(batch))
 
     def budget_for(self, impl: str, platform: str) -> str:
         """The gated kernels and the vendor kernel their ratios divide by are measured with the

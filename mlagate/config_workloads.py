@@ -8,9 +8,11 @@ Checked as the rest of perf.yml is (mlagate/config.py): an unknown key or a bad 
 naming it.
 """
 
+import hashlib
+import json
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
 from mlagate.case import DENSE
@@ -19,6 +21,7 @@ from mlagate.config_reader import ConfigError, KeyReader, open_section_keys
 DISTRIBUTIONS = ("uniform", "lognormal")
 MAX_LENGTH = 131072  # the longest context the kernels are tested at (tests/test_paged_gpu.py)
 MAX_BATCH = 4096  # a decode batch of a serving engine, with room
+TAG_MARK = "@"  # between a workload's name and its definition's digest in a case key (Workload.tag)
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,13 @@ class Workload:
                 lengths[i] += step
                 excess += step
         return tuple(lengths)
+
+    def tag(self, page_size: int) -> str:
+        """The workload as a case's key holds it: its name and a digest of what it measures (the lengths'
+        definition and the page size), so a redefined workload is a new case, never compared with the old."""
+        what = {k: v for k, v in asdict(self).items() if k not in ("name", "batch", "heads")}
+        digest = hashlib.sha256(json.dumps({**what, "page_size": page_size}, sort_keys=True).encode()).hexdigest()
+        return f"{self.name}{TAG_MARK}{digest[:8]}"
 
     def describe(self) -> str:
         if self.distribution == "uniform":

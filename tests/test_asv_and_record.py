@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mlagate import cli, gitops
+from mlagate import config as config_mod
 
 from mlagate.store import record
 
@@ -42,8 +43,8 @@ def test_benchmark_params_come_from_the_config(monkeypatch):
     # the workloads' own classes: their parameter product is their cases, no dense point in it
     params, names = asv_suite.params(workloads=True)
     assert names == ["impl", "batch", "seqlen", "dtype", "heads", "workload"]
-    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"], [16],
-                      ["uniform-paged", "ragged-4k"]]
+    tags = [w.tag(64) for w in asv_suite.config().workloads.values()]  # name@digest of the definition
+    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"], [16], tags]
 
 
 def test_each_platform_measures_the_dtypes_its_vendor_takes(monkeypatch):
@@ -101,7 +102,7 @@ def test_a_workload_case_replays_through_its_own_benchmark(monkeypatch):
     from mlagate.measure import asv_suite
 
     bench = _time_decode(monkeypatch, "TimeWorkload.time_decode")
-    case = next(c for c in asv_suite.cases() if c.workload == "ragged-4k")
+    case = next(c for c in asv_suite.cases() if c.workload.startswith("ragged-4k@"))
     dense = next(c for c in asv_suite.cases() if not c.paged and c.batch == case.batch)
     measured = {c: CaseResult(c, RunStatus.OK, samples=Samples(t, "cuda-event", 0, 0, "test"))
                 for c, t in ((case, (0.2, 0.3)), (dense, (0.1,)))}
@@ -162,8 +163,9 @@ def test_record_on_a_cpu_through_asv_then_refuses_a_second_record(tmp_path, caps
     assert cli.main(args) == 0
     head = Store(store_dir).load("cpu-test", gitops.resolve("HEAD"))
     entries = head.entries(BENCH_TIME)  # with the workloads' benchmark, read into the same cases
+    tags = ["dense", *(w.tag(64) for w in config_mod.load().workloads.values())]
     assert set(entries) == {(i, b, 4096, "float16", 16, w) for i in ("torch", "aiter") for b in (64, 128)
-                            for w in ("dense", "uniform-paged", "ragged-4k")}
+                            for w in tags}
     assert all(e.status == "skipped" for e in entries.values())
     env = Store(store_dir).read_sidecar("cpu-test", head.commit, "env")
     assert env["grid"] == "quick" and "start" in env and "end" in env

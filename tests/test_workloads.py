@@ -42,13 +42,13 @@ def test_uniform_lengths_are_the_mean():
 def test_the_grid_adds_each_workload_as_its_own_cases_with_the_platforms_pages():
     cases = CFG.cases("quick", ["tilelang-hopper", "flash_mla"], "cuda")
     paged = [c for c in cases if c.paged]
-    assert {c.workload for c in cases} == {DENSE, "uniform-paged", "ragged-4k"}
+    assert {c.workload for c in cases} == {DENSE, "uniform-paged@946e5f23", "ragged-4k@0139e575"}
     assert len(paged) == 2 * 2 * 2  # implementations x workloads x batches
     assert {c.page_size for c in paged} == {64}
     assert {c.page_size for c in CFG.cases("quick", ["tilelang-cdna3"], "rocm") if c.paged} == {1}
-    ragged = next(c for c in paged if c.workload == "ragged-4k" and c.batch == 128)
+    ragged = next(c for c in paged if c.workload == RAGGED.tag(64) and c.batch == 128)
     assert ragged.lengths == RAGGED.lengths(128) and ragged.seqlen == RAGGED.mean
-    assert ragged.label() == "tilelang-hopper h=16 b=128 s=4096 float16 ragged-4k"
+    assert ragged.label() == "tilelang-hopper h=16 b=128 s=4096 float16 ragged-4k@0139e575"
     # A stored key becomes the same case again (the gate's re-measure, bisect), lengths and all.
     assert CFG.case(ragged.key, "cuda").lengths == ragged.lengths
     assert CFG.case(ragged.key, "cuda") == ragged and Case(*ragged.key) == ragged  # lengths are not identity
@@ -57,8 +57,20 @@ def test_the_grid_adds_each_workload_as_its_own_cases_with_the_platforms_pages()
 def test_a_recorded_workload_that_perf_yml_no_longer_has_is_an_error():
     with pytest.raises(config.ConfigError, match=r"workloads.gone: not in perf.yml"):
         CFG.case(("tilelang-hopper", 64, 4096, "float16", 16, "gone"), "cuda")
-    with pytest.raises(config.ConfigError, match=r"workloads.ragged-4k.mean: 4096, but .* recorded at 2048"):
-        CFG.case(("tilelang-hopper", 64, 2048, "float16", 16, "ragged-4k"), "cuda")
+    with pytest.raises(config.ConfigError, match=r"workloads.ragged-4k: perf.yml defines .* s=4096 float16 "
+                                                 r"ragged-4k@0139e575, but .* s=2048 .* was recorded"):
+        CFG.case(("tilelang-hopper", 64, 2048, "float16", 16, RAGGED.tag(64)), "cuda")
+    with pytest.raises(config.ConfigError, match=r"but .* ragged-4k@00000000 was recorded \(the workload changed"):
+        CFG.case(("tilelang-hopper", 64, 4096, "float16", 16, "ragged-4k@00000000"), "cuda")
+
+
+def test_a_workload_redefined_under_its_name_is_a_new_case():
+    """Base and head each record with their own perf.yml: a changed spread or page size must not be
+    compared with the old batches under the same key."""
+    tags = {RAGGED.tag(64), RAGGED.tag(1), Workload(**{**RAGGED.__dict__, "sigma": 2.0}).tag(64),
+            Workload(**{**RAGGED.__dict__, "seed": 1}).tag(64)}
+    assert len(tags) == 4 and all(t.startswith("ragged-4k@") for t in tags)
+    assert Workload(**{**RAGGED.__dict__, "batch": (8,)}).tag(64) == RAGGED.tag(64)  # batches are cases
 
 
 def test_a_case_result_keeps_its_lengths_through_json():
