@@ -26,6 +26,10 @@ def test_lengths_are_the_same_on_every_call_and_sum_to_batch_times_mean():
     # here changes what every recorded ragged-4k case measured.
     assert RAGGED.lengths(128)[:6] == (6132, 4211, 1430, 837, 1881, 1363)
     assert (min(RAGGED.lengths(128)), max(RAGGED.lengths(128))) == (47, 32768)
+    import hashlib
+
+    assert {b: hashlib.sha256(str(RAGGED.lengths(b)).encode()).hexdigest()[:16] for b in (64, 128)} == {
+        64: "027dd8ba9ac6eae6", 128: "4d60b04eff003469"}  # every length of both batches
 
 
 def test_a_long_tail_is_a_long_tail_and_the_seed_matters():
