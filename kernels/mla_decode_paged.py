@@ -238,7 +238,8 @@ def lower(shape: PagedShape, config: TileConfig, arch: str) -> str:
 
 
 class CompiledPagedDecode:
-    """A compiled kernel for one (shape, config), with its workspace."""
+    """A compiled kernel for one (shape, config), with its workspace. Not a subclass of the dense
+    CompiledDecode: `mlagate ladder`'s step patch wraps that class's __call__ for dense shapes only."""
 
     def __init__(self, shape: PagedShape, config: TileConfig, arch: str, sm_count: int):
         self.plan = plan(shape, config, arch, sm_count)
