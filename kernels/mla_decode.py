@@ -390,13 +390,14 @@ def device_arch(device) -> str:
     return f"sm_{props.major}{props.minor}"
 
 
-class CompiledDecode:
-    """A compiled kernel for one (shape, config), with its workspace."""
+class CompiledProgram:
+    """A plan's TileLang program compiled for ``arch`` (either decode kernel's), with the split path's
+    workspace per device: partial lse [batch, heads, num_split] and outputs [..., dim], float32."""
 
-    def __init__(self, shape: Shape, config: TileConfig, arch: str, sm_count: int):
-        self.plan = plan(shape, config, arch, sm_count)
+    def __init__(self, p, build, arch: str):
+        self.plan = p
         self.arch = arch
-        self.kernel = tilelang.compile(program(self.plan), target=target_for(arch), pass_configs=PASS_CONFIGS)
+        self.kernel = tilelang.compile(build(p), target=target_for(arch), pass_configs=PASS_CONFIGS)
         self._workspace = {}
 
     def workspace(self, device):
@@ -410,14 +411,22 @@ class CompiledDecode:
             )
         return self._workspace[device]
 
+    def launch(self, inputs: tuple, out, lse):
+        """Launch on checked inputs; writes ``out`` and ``lse`` in place."""
+        workspace = self.workspace(inputs[0].device) if self.plan.num_split > 1 else ()
+        self.kernel(*inputs, *workspace, out, lse)
+        return out, lse
+
+
+class CompiledDecode(CompiledProgram):
+    """The dense kernel compiled for one (shape, config)."""
+
+    def __init__(self, shape: Shape, config: TileConfig, arch: str, sm_count: int):
+        super().__init__(plan(shape, config, arch, sm_count), program, arch)
+
     def __call__(self, q, q_pe, kv, k_pe, out, lse):
         """Launch on checked inputs; writes ``out`` and ``lse`` in place."""
-        if self.plan.num_split > 1:
-            glse, partial = self.workspace(q.device)
-            self.kernel(q, q_pe, kv, k_pe, glse, partial, out, lse)
-        else:
-            self.kernel(q, q_pe, kv, k_pe, out, lse)
-        return out, lse
+        return self.launch((q, q_pe, kv, k_pe), out, lse)
 
 
 _compiled: dict = {}

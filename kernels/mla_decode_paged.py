@@ -237,35 +237,16 @@ def lower(shape: PagedShape, config: TileConfig, arch: str) -> str:
     return lowered(plan(shape, config, arch), arch).kernel_source
 
 
-class CompiledPagedDecode:
-    """A compiled kernel for one (shape, config), with its workspace. Not a subclass of the dense
-    CompiledDecode: `mlagate ladder`'s step patch wraps that class's __call__ for dense shapes only."""
+class CompiledPagedDecode(dense.CompiledProgram):
+    """The paged kernel compiled for one (shape, config). Not a dense CompiledDecode: `mlagate ladder`'s
+    step patch wraps that class's __call__ for dense shapes only."""
 
     def __init__(self, shape: PagedShape, config: TileConfig, arch: str, sm_count: int):
-        self.plan = plan(shape, config, arch, sm_count)
-        self.arch = arch
-        self.kernel = tilelang.compile(program(self.plan), target=target_for(arch), pass_configs=PASS_CONFIGS)
-        self._workspace = {}
-
-    def workspace(self, device):
-        import torch
-
-        if device not in self._workspace:
-            s, n = self.plan.shape, self.plan.num_split
-            self._workspace[device] = (
-                torch.empty(s.batch, s.heads, n, device=device, dtype=torch.float32),
-                torch.empty(s.batch, s.heads, n, s.dim, device=device, dtype=torch.float32),
-            )
-        return self._workspace[device]
+        super().__init__(plan(shape, config, arch, sm_count), program, arch)
 
     def __call__(self, q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse):
         """Launch on checked inputs; writes ``out`` and ``lse`` in place."""
-        args = (q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens)
-        if self.plan.num_split > 1:
-            self.kernel(*args, *self.workspace(q.device), out, lse)
-        else:
-            self.kernel(*args, out, lse)
-        return out, lse
+        return self.launch((q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens), out, lse)
 
 
 _compiled: dict = {}

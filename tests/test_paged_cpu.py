@@ -191,3 +191,29 @@ def test_a_long_tail_splits_until_the_longest_sequence_is_an_sms_share():
     assert p.split_for_lengths([4096] * 128, shape, hopper, 132) == 1
     assert p.split_for_lengths(lengths, shape, hopper, 132) == 8  # 32768 / 8 = 4096: one SM's share
     assert p.split_for_lengths(lengths, shape, hopper.with_(num_split=2), 132) == 2  # a fixed count stays
+
+
+def test_both_compiled_kernels_pass_their_inputs_then_the_split_workspace_then_out_and_lse(monkeypatch):
+    """The launch both kernels share (mla_decode.CompiledProgram): the compiled program's argument order."""
+    calls = []
+    monkeypatch.setattr(m.tilelang, "compile", lambda program, **kw: lambda *args: calls.append(args))
+    hopper = m.CONFIGS["hopper"]
+    out, lse = torch.empty(2, 16, 512), torch.empty(2, 16)
+    dense_in = m.random_inputs(m.Shape(batch=2, seqlen=256, heads=16))
+    paged_in = p.random_paged_inputs(2, 16, [1, 200], 64)
+    kernels = [(m.CompiledDecode(m.Shape(batch=2, seqlen=256, heads=16), hopper.with_(num_split=n), "sm_90a", 132),
+                dense_in) for n in (1, 2)]
+    kernels += [(p.CompiledPagedDecode(p.PagedShape(batch=2, heads=16, max_pages=4, page_size=64),
+                                       hopper.with_(num_split=n), "sm_90a", 132), paged_in) for n in (1, 2)]
+    assert [k.plan.num_split for k, _ in kernels] == [1, 2, 1, 2]
+    for kernel, inputs in kernels:
+        for _ in range(2):
+            assert kernel(*inputs, out, lse) == (out, lse)
+        split = kernel.plan.num_split
+        first, second = calls[-2:]
+        assert first[:len(inputs)] == tuple(inputs) and first[-2:] == (out, lse)
+        workspace = first[len(inputs):-2]
+        assert len(workspace) == (2 if split > 1 else 0)
+        if split > 1:
+            assert [tuple(w.shape) for w in workspace] == [(2, 16, split), (2, 16, split, 512)]
+            assert all(a is b for a, b in zip(workspace, second[len(inputs):-2]))  # one per device, reused
