@@ -115,8 +115,9 @@ class CaseResult:
     vendor_ratio: float | None = None  # TFLOPs over the vendor kernel's, same point and GPU
 
     def to_dict(self) -> dict:
-        d = {**asdict(self.case), "lengths": list(self.case.lengths), "status": self.status.value, "reason": self.reason,
-             "samples": self.samples.to_dict() if self.samples else None, "error": self.error, "gpu": self.gpu}
+        d = {**asdict(self.case), "lengths": list(self.case.lengths), "status": self.status.value,
+             "reason": self.reason, "samples": self.samples.to_dict() if self.samples else None, "error": self.error,
+             "gpu": self.gpu}
         d.update((name, getattr(self, name)) for name in METRICS if getattr(self, name) is not None)
         if self.ci99_ms is not None:
             d["ci99_ms"] = list(self.ci99_ms)

@@ -8,6 +8,7 @@ Checked as the rest of perf.yml is (mlagate/config.py): an unknown key or a bad 
 naming it.
 """
 
+import functools
 import hashlib
 import json
 import math
@@ -36,6 +37,7 @@ class Workload:
     sigma: float = 0.0  # lognormal shape: the standard deviation of log(length)
     seed: int = 0
 
+    @functools.cache  # a case per implementation, dtype and head count: draw each batch once
     def lengths(self, batch: int) -> tuple:
         """The batch's sequence lengths: clipped to [minimum, maximum], summing to batch x mean."""
         if self.distribution == "uniform":
@@ -69,12 +71,6 @@ class Workload:
         what = {k: v for k, v in asdict(self).items() if k not in ("name", "batch", "heads")}
         digest = hashlib.sha256(json.dumps({**what, "page_size": page_size}, sort_keys=True).encode()).hexdigest()
         return f"{self.name}{TAG_MARK}{digest[:8]}"
-
-    def describe(self) -> str:
-        if self.distribution == "uniform":
-            return f"every sequence {self.mean} tokens"
-        return (f"lognormal (sigma {self.sigma:g}) lengths, mean {self.mean}, clipped to "
-                f"[{self.minimum}, {self.maximum}], seed {self.seed}")
 
 
 def parse(top: KeyReader, heads_allowed) -> dict:

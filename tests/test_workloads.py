@@ -156,8 +156,9 @@ def test_csr_page_lists_are_each_sequences_used_pages_in_order():
     table = torch.tensor([[5, 2, -1], [0, 4, 3]], dtype=torch.int32)
     p = impls.Paged(torch.zeros(2, 16, 512), torch.zeros(2, 16, 64), torch.zeros(6, 64, 512),
                     torch.zeros(6, 64, 64), table, torch.tensor([65, 129], dtype=torch.int32))
-    pages, ids = p.used_pages()
-    assert pages == [2, 3] and ids.tolist() == [5, 2, 0, 4, 3]
+    indptr, ids = p.page_lists()
+    assert indptr.tolist() == [0, 2, 5] and ids.tolist() == [5, 2, 0, 4, 3]
+    assert indptr.dtype == ids.dtype == torch.int32
 
 
 def test_the_re_measure_runs_each_commits_paged_kernel_on_that_commits_dense_file(tmp_path):

@@ -211,8 +211,8 @@ def add_metrics(results, *, peaks=None, vendor: str | None = None) -> list:
     return out
 
 
-CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "heads", "workload", "status", "median_ms", "iqr_ms", "n", "tflops", "gbps",
-              "roofline", "vendor_ratio", "gpu", "reason")
+CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "heads", "workload", "status", "median_ms", "iqr_ms", "n", "tflops",
+              "gbps", "roofline", "vendor_ratio", "gpu", "reason")
 
 
 def write_outputs(path, results, environment: dict):

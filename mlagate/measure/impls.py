@@ -39,12 +39,15 @@ class Paged(NamedTuple):
     def page_size(self) -> int:
         return self.kv_cache.shape[1]
 
-    def used_pages(self) -> tuple:
-        """(pages per sequence, their page ids in sequence order): what CSR page lists hold."""
+    def page_lists(self) -> tuple:
+        """The used pages as CSR lists, int32 on the cache's device: (indptr [batch + 1], counted in pages;
+        the page ids, sequence by sequence)."""
         pages = [math.ceil(n / self.page_size) for n in self.seqlens.tolist()]
-        used = torch.arange(self.block_table.shape[1], device=self.block_table.device)[None, :] < \
-            torch.tensor(pages, device=self.block_table.device)[:, None]
-        return pages, self.block_table[used].contiguous()
+        device = self.block_table.device
+        used = torch.arange(self.block_table.shape[1], device=device)[None, :] < \
+            torch.tensor(pages, device=device)[:, None]
+        indptr = torch.tensor([0, *itertools.accumulate(pages)], dtype=torch.int32, device=device)
+        return indptr, self.block_table[used].contiguous()
 
 
 def as_pages(inputs, impl: str, page_size: int) -> Paged:
@@ -105,10 +108,10 @@ def _tilelang_paged(impl, paged: Paged, device):
     from mlagate.kernels import mla_decode_paged
 
     shape = mla_decode_paged.check_paged_inputs(*paged)  # reads the lengths and table: once, here
-    tokens = int(paged.seqlens.sum())
-    dense = mla_decode.Shape(batch=shape.batch, seqlen=tokens // shape.batch, heads=shape.heads, dtype=shape.dtype)
-    kernel = mla_decode_paged.compiled(shape, _tilelang_config_here(impl, dense, device), device,
-                                       paged.seqlens.tolist())
+    lengths = paged.seqlens.tolist()
+    dense = mla_decode.Shape(batch=shape.batch, seqlen=sum(lengths) // shape.batch, heads=shape.heads,
+                             dtype=shape.dtype)
+    kernel = mla_decode_paged.compiled(shape, _tilelang_config_here(impl, dense, device), device, lengths)
     out = torch.empty_like(paged.q)
     lse = torch.empty(shape.batch, shape.heads, device=device, dtype=torch.float32)
     return lambda: kernel(*paged, out, lse)[0]
@@ -159,9 +162,8 @@ def _flashinfer(inputs, device):
     p = as_pages(inputs, "flashinfer", 64)
     batch, heads, dim = p.q.shape
     pe_dim = p.q_pe.shape[2]
-    pages, page_ids = p.used_pages()
+    kv_indptr, page_ids = p.page_lists()
     i32 = dict(dtype=torch.int32, device=device)
-    kv_indptr = torch.tensor([0, *itertools.accumulate(pages)], **i32)
     wrapper = BatchMLAPagedAttentionWrapper(torch.empty(128 << 20, dtype=torch.uint8, device=device), backend="fa3")
     meta = MLAPlanMetadata.csr(torch.arange(batch + 1, **i32), kv_indptr, page_ids, p.seqlens)
     wrapper.plan(metadata=meta, num_heads=heads, head_dim_ckv=dim, head_dim_kpe=pe_dim, page_size=p.page_size,
@@ -180,12 +182,11 @@ def _aiter(inputs, device):
     from aiter.mla import mla_decode_fwd
 
     batch, heads, dim = p.q.shape
-    pages, page_ids = p.used_pages()
+    kv_indptr, page_ids = p.page_lists()  # pages of one token: indptr counts tokens
     i32 = dict(dtype=torch.int32, device=device)
     q_all = torch.cat([p.q, p.q_pe], -1).contiguous()
     cache = torch.cat([p.kv_cache, p.k_pe_cache], -1).unsqueeze(2)  # [tokens, 1, 1, 576]
     qo_indptr = torch.arange(batch + 1, **i32)
-    kv_indptr = torch.tensor([0, *itertools.accumulate(pages)], **i32)
     last_page_lens = torch.ones(batch, **i32)
     out = torch.empty(batch, heads, dim, dtype=p.q.dtype, device=device)
     scale = q_all.shape[-1] ** -0.5

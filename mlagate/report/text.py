@@ -18,14 +18,14 @@ def bench_table(results, *, vendor: str | None = None):
     from mlagate.case import RunStatus
 
     table = Table(title="MLA decode", show_lines=False)
-    for col in ("impl", "dtype", "heads", "batch", "seqlen", "workload", "latency µs", "±IQR", "TFLOPs", "GB/s", "roofline",
-                f"vs {vendor}" if vendor else "vs vendor", "status"):
+    for col in ("impl", "dtype", "heads", "batch", "seqlen", "workload", "latency µs", "±IQR", "TFLOPs", "GB/s",
+                "roofline", f"vs {vendor}" if vendor else "vs vendor", "status"):
         table.add_column(col, justify="right" if col not in ("impl", "dtype", "workload", "status") else "left")
     for r in results:
         c = r.case
         if r.status != RunStatus.OK:
-            table.add_row(c.impl, c.dtype, str(c.heads), str(c.batch), str(c.seqlen), c.workload, "", "", "", "", "", "",
-                          f"{r.status}: {r.reason or ''}"[:90])
+            table.add_row(c.impl, c.dtype, str(c.heads), str(c.batch), str(c.seqlen), c.workload,
+                          "", "", "", "", "", "", f"{r.status}: {r.reason or ''}"[:90])
             continue
         table.add_row(c.impl, c.dtype, str(c.heads), str(c.batch), str(c.seqlen), c.workload,
                       _fmt(r.median_ms and r.median_ms * 1e3, ".1f"),
