@@ -241,3 +241,21 @@ def test_a_bad_shard_or_gpu_list_is_refused_before_anything_is_written(tmp_path,
     assert cli.main(args) == 2
     assert option in capsys.readouterr().err
     assert files(results) == {"kept.txt": b"as it was"}
+
+
+def test_a_shard_that_owns_no_workload_point_still_has_the_workload_classes(monkeypatch):
+    """`mlagate results merge` needs every benchmark in every shard: the workloads' parameters are the
+    whole grid's under --shard (the points of other runners are skipped there)."""
+    from mlagate.case import Case
+    from mlagate.measure import asv_suite
+    from mlagate.measure.shards import runner_shard
+
+    monkeypatch.setenv("MLAGATE_GRID", "quick")
+    monkeypatch.setenv("MLAGATE_IMPLS", "tilelang-hopper")
+    whole = asv_suite.params(workloads=True)
+    points = [c for c in asv_suite.cases() if c.paged]
+    shards = 16
+    idle = next(i for i in range(shards) if all(runner_shard(Case(*c.key), shards) != i for c in points))
+    monkeypatch.setenv("MLAGATE_SHARD", f"{idle + 1}/{shards}")
+    assert not [c for c in asv_suite.cases() if c.paged]  # this runner measures none of them
+    assert asv_suite.params(workloads=True) == whole and whole[0][0]
