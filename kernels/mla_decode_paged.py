@@ -46,6 +46,18 @@ class PagedShape:
     dim: int = 512
     pe_dim: int = 64
 
+    @classmethod
+    def holding(cls, lengths, heads: int, page_size: int, dtype: str = "float16", dim: int = 512,
+                pe_dim: int = 64) -> "PagedShape":
+        """The shape of a batch of sequences of ``lengths`` tokens: a block table just wide enough."""
+        return cls(batch=len(lengths), heads=heads, max_pages=max(math.ceil(n / page_size) for n in lengths),
+                   page_size=page_size, dtype=dtype, dim=dim, pe_dim=pe_dim)
+
+    def at_mean_length(self, lengths) -> dense.Shape:
+        """The dense shape of this batch at its mean length: whose tuned config the paged kernel runs."""
+        return dense.Shape(batch=self.batch, seqlen=sum(lengths) // self.batch, heads=self.heads, dtype=self.dtype,
+                           dim=self.dim, pe_dim=self.pe_dim)
+
     @property
     def capacity(self) -> int:
         """The longest sequence the block table can hold."""
@@ -401,7 +413,7 @@ def random_paged_inputs(batch: int, heads: int, lengths, page_size: int, dtype: 
         return torch.randn(*size, generator=gen, device=device, dtype=torch.float32).to(torch_dtype)
 
     pages_per_seq = [math.ceil(n / page_size) for n in lengths]
-    num_pages, max_pages = sum(pages_per_seq), max(pages_per_seq)
+    num_pages, max_pages = sum(pages_per_seq), PagedShape.holding(lengths, heads, page_size).max_pages
     order = torch.randperm(num_pages, generator=gen, device=device) if shuffle else \
         torch.arange(num_pages, device=device)
     block_table = torch.full((batch, max_pages), -1, dtype=torch.int32, device=device)

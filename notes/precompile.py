@@ -12,6 +12,7 @@ import os
 def main():
     from mlagate import config as config_mod
     from mlagate.kernels import mla_decode as m
+    from mlagate.kernels.mla_decode_paged import PagedShape
     from mlagate.measure import environment, impls
     from mlagate.measure.precompile import precompile
 
@@ -26,9 +27,15 @@ def main():
     arch = m.device_arch(environment.device())
     shapes = {m.Shape(batch=c.batch, seqlen=c.seqlen, heads=c.heads, dtype=c.dtype)
               for c in cfg.grid.cases(args.grid, ["x"], dtypes)}
+    names = [impls.TILELANG_PREFIX + name for name in (args.config or m.CONFIGS)]
     # each family's config as the committed table tunes it per shape: what a record then runs
-    kernels = sorted({(s, impls.tilelang_config(impls.TILELANG_PREFIX + name, s, arch))
-                      for name in (args.config or m.CONFIGS) for s in shapes}, key=str)
+    kernels = sorted({(s, impls.tilelang_config(impl, s, arch)) for impl in names for s in shapes}, key=str)
+    # the grid's workloads: the paged kernel, with the config the dense one runs at the batch's mean length
+    for case in cfg.cases(args.grid, names, environment.platform()):
+        if case.paged and case.dtype in dtypes:
+            shape = PagedShape.holding(case.lengths, case.heads, case.page_size, case.dtype)
+            config = impls.tilelang_config(case.impl, shape.at_mean_length(case.lengths), arch)
+            kernels.append((shape, config, tuple(case.lengths)))
     precompile(kernels, args.jobs)
 
 

@@ -217,3 +217,13 @@ def test_both_compiled_kernels_pass_their_inputs_then_the_split_workspace_then_o
         if split > 1:
             assert [tuple(w.shape) for w in workspace] == [(2, 16, split), (2, 16, split, 512)]
             assert all(a is b for a, b in zip(workspace, second[len(inputs):-2]))  # one per device, reused
+
+
+def test_a_shape_holding_lengths_is_the_table_random_inputs_build_and_the_dense_shape_is_at_the_mean():
+    lengths = [1, 64, 65, 4097]
+    shape = p.PagedShape.holding(lengths, 16, 64, "bfloat16")
+    *_, block_table, seqlens = p.random_paged_inputs(4, 16, lengths, 64, "bfloat16")
+    assert (shape.batch, shape.max_pages, shape.page_size) == (4, block_table.shape[1], 64) == (4, 65, 64)
+    assert p.PagedShape.holding(lengths, 16, 1).max_pages == 4097
+    dense = shape.at_mean_length(lengths)
+    assert (dense.batch, dense.seqlen, dense.heads, dense.dtype) == (4, sum(lengths) // 4, 16, "bfloat16")

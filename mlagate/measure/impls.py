@@ -109,9 +109,8 @@ def _tilelang_paged(impl, paged: Paged, device):
 
     shape = mla_decode_paged.check_paged_inputs(*paged)  # reads the lengths and table: once, here
     lengths = paged.seqlens.tolist()
-    dense = mla_decode.Shape(batch=shape.batch, seqlen=sum(lengths) // shape.batch, heads=shape.heads,
-                             dtype=shape.dtype)
-    kernel = mla_decode_paged.compiled(shape, _tilelang_config_here(impl, dense, device), device, lengths)
+    config = _tilelang_config_here(impl, shape.at_mean_length(lengths), device)
+    kernel = mla_decode_paged.compiled(shape, config, device, lengths)
     out = torch.empty_like(paged.q)
     lse = torch.empty(shape.batch, shape.heads, device=device, dtype=torch.float32)
     return lambda: kernel(*paged, out, lse)[0]

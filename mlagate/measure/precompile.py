@@ -76,14 +76,19 @@ def in_processes(fn, items: list, jobs: int, deadline: float | None = None):
 
 
 def compile_one(kernel) -> None:
-    """Compile one (mla_decode.Shape, TileConfig) for this process's GPU, into TileLang's disk cache."""
-    from mlagate.kernels import mla_decode
+    """Compile one kernel for this process's GPU, into TileLang's disk cache: a dense (mla_decode.Shape,
+    TileConfig), or a paged (mla_decode_paged.PagedShape, TileConfig, the batch's lengths)."""
+    from mlagate.kernels import mla_decode, mla_decode_paged
 
-    mla_decode.compiled(*kernel)
+    if len(kernel) == 3:
+        shape, config, lengths = kernel
+        mla_decode_paged.compiled(shape, config, lengths=list(lengths))
+    else:
+        mla_decode.compiled(*kernel)
 
 
 def precompile(kernels, jobs: int, echo=print) -> dict:
-    """Compile each (Shape, TileConfig) of ``kernels`` in ``jobs`` processes; {(shape, config): error text}
+    """Compile each kernel of ``kernels`` (compile_one's) in ``jobs`` processes; {kernel: error text}
     of those that failed (the timed run then reports the case itself)."""
     kernels = list(dict.fromkeys(kernels))
     failed = {}
