@@ -1,15 +1,16 @@
 """`mlagate ladder`'s pipeline: qualify a runner by gating known slowdowns. Not on the pull-request path.
 
-Calibration first, once per ladder on the GPU: for each case, the base commit's kernel alone against the
-kernel followed by a GPU spin of 0 and of a probe's cycles, alternated; from those medians the cycles that
-add each step's x% (mlagate/decide/ladder.py), each verified by measuring it once more: that measured
-share is the step's injected value. Then one throw-away commit per step on top of base (a comment for
-0%, the spin for the others), kept by a ref under refs/mlagate/ladder/. Each repetition records base and
-every step's commit through the normal `record` path into a store of its own and gates each step against
-base with --confirm. Every finished step is a JSON file in its repetition's folder, so a killed ladder
-started again with the same arguments and --out resumes where it stopped. The refs stay after the ladder
-(its table names the commits); `git for-each-ref --format='delete %(refname)' refs/mlagate/ladder/ |
-git update-ref --stdin` drops them all.
+The slowdown is a spin of GPU clock cycles at the start of every block of the gated TileLang kernel, inside the
+kernel (kernels/mla_decode.py with a block appended: mlagate/decide/ladder.py). Calibration first, once per
+ladder on the GPU: for each case, the base commit's kernel against a probe commit's (the same kernel with a
+spin of about 8% of the case's time), alternated; from those medians the cycles that add each step's x%.
+Then one throw-away commit per step on top of base (a comment for 0%, the spin for the others), each measured
+once more against base, alternated: that measured share is the step's injected value. Every commit is kept by
+a ref under refs/mlagate/ladder/. Each repetition records base and every step's commit through the normal
+`record` path into a store of its own and gates each step against base with --confirm. Every finished step
+is a JSON file in its repetition's folder, so a killed ladder started again with the same arguments and --out
+resumes where it stopped. The refs stay after the ladder (its table names the commits); `git for-each-ref
+--format='delete %(refname)' refs/mlagate/ladder/ | git update-ref --stdin` drops them all.
 """
 
 import json
@@ -111,7 +112,7 @@ def run_ladder(cfg: Config, p: Plan, echo=print) -> dict:
         write_json(p.out / "calibration.json", calibration)
     else:
         echo(f"reusing the calibration in {p.out / 'calibration.json'} (ladder {calibration['run_id']})")
-    commits = {step: step_commit(p, calibration, step) for step in p.steps}
+    commits = step_commits(p, calibration["run_id"], calibration["cases_calibrated"])
     results = [run_step(cfg, p, calibration, rep, step, commits[step], echo)
                for rep in range(1, p.reps + 1) for step in p.steps]
     table = ladder.rows(results)
@@ -125,61 +126,57 @@ def run_ladder(cfg: Config, p: Plan, echo=print) -> dict:
 # -- calibration (on the GPU) ------------------------------------------------------------------
 
 def calibrate(cfg: Config, p: Plan, echo) -> dict:
-    from mlagate.measure import environment, interleaved
+    """Per case: the base kernel's median, the slope of its probe commit's spin, each step's cycles, and
+    each step commit measured against base (its ``injected`` share)."""
+    from mlagate.measure import environment
 
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{p.base[:8]}-{os.getpid()}"
     device = environment.device()
+    base = {}
+    for case in p.cases:
+        echo(f"calibrating the spin on {case.label()}: base kernel")
+        base[case.label()] = _medians(_timed(cfg, {"base": p.base}, case, device, rounds=1))["base"]
+    probes = {c.label(): ladder.probe_cycles(base[c.label()]) for c in p.cases}
+    probe = commit_on_base(p, run_id, "probe", "the calibration's probe", ladder.patched(
+        _base_kernel(p), "probe", {ladder.shape_key(c.key): probes[c.label()] for c in p.cases}, run_id))
     per_case = {}
     for case in p.cases:
-        echo(f"calibrating the spin on {case.label()} ({CALIBRATION_ROUNDS} alternated rounds)")
-        launch = _kernel_launch(p.base, case, device)
-        per_case[case.label()] = calibrate_case(cfg, launch, p.steps, device, interleaved.alternate)
-        del launch
-        _free_memory()
-    return {"version": 1, "run_id": run_id, **p.identity(), "rounds": CALIBRATION_ROUNDS, "cases_calibrated": per_case}
+        echo(f"calibrating the spin on {case.label()}: {probes[case.label()]} cycles, {CALIBRATION_ROUNDS} "
+             "alternated rounds")
+        fitted = _medians(_timed(cfg, {"base": p.base, "probe": probe}, case, device))
+        slope = ladder.fit(fitted["base"], fitted["probe"], probes[case.label()])
+        per_case[case.label()] = {"median_s": fitted["base"], "probe_cycles": probes[case.label()],
+                                  "fit_medians_s": fitted, "slope_s_per_cycle": slope,
+                                  "steps": {ladder.step_name(s): {"cycles": ladder.cycles_for(s, fitted["base"], slope)
+                                                                  if s > 0 else None} for s in p.steps}}
+    commits = step_commits(p, run_id, per_case)
+    for case in p.cases:
+        echo(f"measuring each step's spin on {case.label()} against base ({CALIBRATION_ROUNDS} alternated rounds)")
+        spun = {ladder.step_name(s): c for s, c in commits.items() if s > 0}
+        verified = _medians(_timed(cfg, {"base": p.base, **spun}, case, device))
+        mine = per_case[case.label()]
+        mine["verify_medians_s"] = verified
+        for name, step in mine["steps"].items():  # 0: a comment, nothing added
+            step["injected"] = verified[name] / verified["base"] - 1 if name in spun else 0.0
+    return {"version": 2, "run_id": run_id, **p.identity(), "probe_commit": probe, "rounds": CALIBRATION_ROUNDS,
+            "cases_calibrated": per_case}
 
 
-def calibrate_case(cfg: Config, launch, steps, device, alternate) -> dict:
-    """Fit added(c) from the launch alone and with a spin of 0 and of a probe's cycles, solve each step,
-    then measure each step's spin once more: its share of the launch's median is the injected value."""
-    first = _medians(alternate({"none": launch}, cfg.timing, 1, device=device))
-    probe = ladder.probe_cycles(first["none"])
-    fitted = _medians(alternate({"none": launch, "spin:0": _spun(launch, 0), f"spin:{probe}": _spun(launch, probe)},
-                                cfg.timing, CALIBRATION_ROUNDS, device=device))
-    overhead, slope = ladder.fit(fitted["none"], fitted["spin:0"], fitted[f"spin:{probe}"], probe)
-    solved = {s: ladder.cycles_for(s, fitted["none"], overhead, slope) for s in steps if s > 0}
-    spins = sorted({c for c, _ in solved.values()})
-    verified = _medians(alternate({"none": launch, **{f"spin:{c}": _spun(launch, c) for c in spins}}, cfg.timing,
-                                  CALIBRATION_ROUNDS, device=device))
-    per_step = {ladder.step_name(s): {"cycles": solved[s][0], "below_overhead": solved[s][1],
-                                      "injected": verified[f"spin:{solved[s][0]}"] / verified["none"] - 1}
-                if s > 0 else {"cycles": None, "below_overhead": False, "injected": 0.0}  # 0: a comment, nothing added
-                for s in steps}
-    return {"median_s": fitted["none"], "probe_cycles": probe, "fit_medians_s": fitted, "overhead_s": overhead,
-            "slope_s_per_cycle": slope, "verify_medians_s": verified, "steps": per_step}
+def _timed(cfg: Config, commits: dict, case: Case, device, rounds: int = CALIBRATION_ROUNDS) -> dict:
+    """{name: samples}: each commit's kernel on the case's one set of inputs, alternated (the re-measure's)."""
+    from mlagate.measure import interleaved
+    from mlagate.measure.harness import Inputs
+
+    inputs = Inputs(case, device)
+    launches = {name: interleaved.launch_at(gitops.REPO, commit, case, inputs) for name, commit in commits.items()}
+    samples = interleaved.alternate(launches, cfg.timing, rounds, device=device)
+    del launches, inputs
+    _free_memory()
+    return samples
 
 
 def _medians(samples: dict) -> dict:
     return {name: median(s) for name, s in samples.items()}
-
-
-def _spun(launch, cycles: int):
-    import torch
-
-    def launch_then_spin():
-        out = launch()
-        torch.cuda._sleep(cycles)
-        return out
-
-    return launch_then_spin
-
-
-def _kernel_launch(commit: str, case: Case, device):
-    """The base kernel's checked launch on the case's inputs (the re-measure's own)."""
-    from mlagate.measure import interleaved
-    from mlagate.measure.harness import Inputs
-
-    return interleaved.launch_at(gitops.REPO, commit, case, Inputs(case, device))
 
 
 def _free_memory():
@@ -191,20 +188,31 @@ def _free_memory():
 
 # -- the throw-away commits ---------------------------------------------------------------
 
-def step_commit(p: Plan, calibration: dict, step: float) -> str:
-    """base + the step's kernels/mla_decode.py, made once and kept by a ref; the user's checkout,
-    index and HEAD are not touched (the commit is made in a worktree of its own)."""
-    name, run_id = ladder.step_name(step), calibration["run_id"]
-    ref = f"{REF_ROOT}/{run_id}/step-{name}"
-    cycles = {ladder.shape_key(c.key): calibration["cases_calibrated"][c.label()]["steps"][name]["cycles"]
-              for c in p.cases}
-    text = ladder.patched(git("show", f"{p.base}:{KERNEL_FILE}", strip=False), step, cycles, run_id)
+def _base_kernel(p: Plan) -> str:
+    return git("show", f"{p.base}:{KERNEL_FILE}", strip=False)
+
+
+def step_commits(p: Plan, run_id: str, cases_calibrated: dict) -> dict:
+    """{step: commit}: base + each step's kernels/mla_decode.py, made once and kept by a ref."""
+    commits = {}
+    for step in p.steps:
+        name = ladder.step_name(step)
+        cycles = {ladder.shape_key(c.key): cases_calibrated[c.label()]["steps"][name]["cycles"] for c in p.cases}
+        what = "no delay, a comment only" if step == 0 else "a calibrated spin in the TileLang kernel"
+        commits[step] = commit_on_base(p, run_id, f"step-{name}", f"step {name}% ({what})",
+                                       ladder.patched(_base_kernel(p), step, cycles, run_id))
+    return commits
+
+
+def commit_on_base(p: Plan, run_id: str, name: str, title: str, text: str) -> str:
+    """base with ``text`` as its kernels/mla_decode.py, made once and kept by refs/mlagate/ladder/<run_id>/<name>;
+    the user's checkout, index and HEAD are not touched (the commit is made in a worktree of its own)."""
+    ref = f"{REF_ROOT}/{run_id}/{name}"
     existing = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
-    if existing and _is_step(existing, p.base, text):
+    if existing and _is_on_base(existing, p.base, text):
         return existing
-    spin = "no delay, a comment only" if step == 0 else "a calibrated GPU spin after each TileLang decode call"
-    message = (f"mlagate ladder {run_id}: step {name}% ({spin})\n\nA throw-away commit of `mlagate ladder` "
-               f"(qualifies a runner), on {p.base}; never merge it.\n")
+    message = (f"mlagate ladder {run_id}: {title}\n\nA throw-away commit of `mlagate ladder` (qualifies a runner), "
+               f"on {p.base}; never merge it.\n")
     tmp = Path(tempfile.mkdtemp(prefix="mlagate-ladder-"))
     tree = tmp / "tree"
     try:
@@ -223,7 +231,7 @@ def step_commit(p: Plan, calibration: dict, step: float) -> str:
     return commit
 
 
-def _is_step(commit: str, base: str, text: str) -> bool:
+def _is_on_base(commit: str, base: str, text: str) -> bool:
     parents = git("rev-list", "--parents", "-n", "1", commit).split()[1:]
     return parents == [base] and git("show", f"{commit}:{KERNEL_FILE}", strip=False) == text
 

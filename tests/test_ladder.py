@@ -1,7 +1,7 @@
-"""`mlagate ladder` on a CPU: the calibration arithmetic, the patch, the table, the throw-away commits in a
-temporary repository, and the whole pipeline with the GPU parts stood in for. The stand-in GPU is a clock:
-a kernel launch adds its case's time, a spin of c cycles adds OVERHEAD + c * SLOPE, and every "measurement"
-(calibration, record, gate) reads that clock by running the very code the ladder made."""
+"""`mlagate ladder` on a CPU: the calibration arithmetic, the patch (which really lowers, with its spin, for
+sm_90a and gfx942), the table, the throw-away commits in a temporary repository, and the whole pipeline with
+the GPU parts stood in for. The stand-in GPU is a clock: a kernel launch adds its case's time plus SLOPE per
+cycle its commit's kernel file spins, read by running the very block the ladder appended to that file."""
 
 import ast
 import dataclasses
@@ -26,7 +26,7 @@ CFG = config.load()
 KERNEL = gitops.git("show", "HEAD:kernels/mla_decode.py", strip=False)
 CASES = tuple(c for c in CFG.cases("quick", ["tilelang-hopper"], "cuda") if not c.paged)
 TIME = {c.key: (100e-6 if c.batch == 64 else 160e-6) for c in CASES}  # seconds per call
-OVERHEAD, SLOPE = 1.5e-6, 1 / 1.6e9  # a spin: one more launch, then cycles at 1.6 GHz
+SLOPE = 1 / 1.6e9  # seconds per spun cycle: a 1.6 GHz clock
 
 
 # -- the stand-in GPU ------------------------------------------------------------------------
@@ -41,40 +41,29 @@ class Clock:
         fn()
         return sum(self.spent)
 
-    def sleep(self, cycles):
-        self.spent.append(OVERHEAD + cycles * SLOPE)
-
 
 @pytest.fixture
-def clock(monkeypatch):
-    c = Clock()
-    monkeypatch.setattr(torch.cuda, "_sleep", c.sleep)
-    return c
+def clock():
+    return Clock()
 
 
-def stub_decode(clock):
-    """A CompiledDecode with the real one's attribute names: plan.shape.(batch, seqlen, heads, dtype),
-    plan.config.name; calling it spends its case's time."""
-
-    class CompiledDecode:
-        def __init__(self, case: Case):
-            shape = SimpleNamespace(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
-            self.plan = SimpleNamespace(shape=shape, config=SimpleNamespace(name=case.impl.split("-", 1)[1]))
-            self.case = case
-
-        def __call__(self, *args):
-            clock.spent.append(TIME.get(self.case.key, 50e-6))
-            return "out", "lse"
-
-    return CompiledDecode
-
-
-def call_time(block: str, clock, case: Case) -> float:
-    """Run a patch's appended block against the stub class: the time one decode call takes."""
-    namespace = {"CompiledDecode": stub_decode(clock)}
+def spin_cycles(block: str, case: Case) -> int:
+    """Run a patch's appended block as the kernel file runs it, against a stand-in attend_macro: the cycles its
+    wrapped attend_macro spins in the kernel of ``case`` (0: it returns the original macro unchanged)."""
+    namespace = {"attend_macro": lambda *args, **kwargs: "the original attend", "T": None}
     exec(compile(block, "appended block", "exec"), namespace)
-    decode = namespace["CompiledDecode"](case)
-    return clock.run(lambda: decode(1, 2, 3, 4, 5, 6))
+    shape = SimpleNamespace(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
+    config = SimpleNamespace(name=case.impl.split("-", 1)[1])
+    cycles = namespace["ladder_cycles"](shape, config) if "ladder_cycles" in namespace else None
+    if not cycles:
+        assert namespace["attend_macro"](shape, config, 64, 2, None, masked=False, empty_splits=False) == \
+            "the original attend"
+    return cycles or 0
+
+
+def call_time(block: str, case: Case) -> float:
+    """One decode call of ``case`` under a kernel file with ``block`` appended, on the stand-in GPU."""
+    return TIME.get(case.key, 50e-6) + spin_cycles(block, case) * SLOPE
 
 
 def fake_alternate(clock, calls):
@@ -100,45 +89,80 @@ def test_steps_parse_in_order_and_bad_ones_name_the_option():
     assert [ladder.step_name(s) for s in (0.0, 5.0, 2.5)] == ["0", "5", "2.5"]
 
 
-def test_cycles_come_from_the_fitted_line_and_a_step_below_the_overhead_is_injected_at_zero():
-    overhead, slope = ladder.fit(100e-6, 100e-6 + OVERHEAD, 100e-6 + OVERHEAD + 12000 * SLOPE, 12000)
-    assert overhead == pytest.approx(OVERHEAD) and slope == pytest.approx(SLOPE)
-    assert ladder.cycles_for(5, 100e-6, overhead, slope) == (5600, False)  # (5 µs - 1.5 µs) * 1.6 GHz
-    assert ladder.cycles_for(1, 100e-6, overhead, slope) == (0, True)  # 1 µs < the 1.5 µs a spin adds
-    assert ladder.cycles_for(1, 160e-6, overhead, slope) == (160, False)
+def test_cycles_come_from_the_measured_slope():
+    slope = ladder.fit(100e-6, 100e-6 + 12000 * SLOPE, 12000)
+    assert slope == pytest.approx(SLOPE)
+    assert ladder.cycles_for(5, 100e-6, slope) == 8000  # 5 µs at 1.6 GHz
+    assert ladder.cycles_for(1, 100e-6, slope) == 1600  # no launch overhead: a true 1% step
     with pytest.raises(ValueError, match="added no time"):
-        ladder.fit(100e-6, 101e-6, 101e-6, 12000)
+        ladder.fit(100e-6, 100e-6, 12000)
 
 
 def test_the_patch_names_the_attributes_the_real_kernel_has():
     from mlagate.kernels import mla_decode
 
     assert {"batch", "seqlen", "heads", "dtype"} <= {f.name for f in dataclasses.fields(mla_decode.Shape)}
-    assert {"shape", "config"} <= {f.name for f in dataclasses.fields(mla_decode.Plan)}
     assert "name" in {f.name for f in dataclasses.fields(mla_decode.TileConfig)}
-    assert callable(mla_decode.CompiledDecode.__call__)
     for case in CASES:
         assert ladder.shape_key(case.key)[0] in mla_decode.CONFIGS
 
 
-def test_the_patch_spins_listed_shapes_only_and_step_0_is_a_comment(clock):
+def test_the_patch_spins_listed_shapes_only_and_step_0_is_a_comment():
     listed, other = CASES[0], Case("tilelang-hopper", 32, 4096, "float16", 16)
     text = ladder.patched(KERNEL, 5, {ladder.shape_key(listed.key): 4000}, "run1")
     assert text.startswith(KERNEL) and "run1" in text and "step 5%" in text
     compile(text, "kernels/mla_decode.py", "exec")
     block = text[len(KERNEL):]
-    assert call_time(block, clock, listed) == pytest.approx(TIME[listed.key] + OVERHEAD + 4000 * SLOPE)
-    assert call_time(block, clock, other) == pytest.approx(50e-6)
-    zero = ladder.patched(KERNEL, 5, {ladder.shape_key(listed.key): 0}, "run1")[len(KERNEL):]
-    assert call_time(zero, clock, listed) == pytest.approx(TIME[listed.key] + OVERHEAD)  # still one spin launch
+    assert call_time(block, listed) == pytest.approx(TIME[listed.key] + 4000 * SLOPE)
+    assert call_time(block, other) == pytest.approx(50e-6)
+    paged = SimpleNamespace(batch=64, heads=16, dtype="float16", max_pages=64, page_size=64)  # no seqlen
+    namespace = {"attend_macro": lambda *a, **k: "the original attend", "T": None}
+    exec(compile(block, "appended block", "exec"), namespace)
+    assert namespace["ladder_cycles"](paged, SimpleNamespace(name="hopper")) is None
     comment = ladder.patched(KERNEL, 0, {}, "run1")
     added = comment[len(KERNEL):].splitlines()
     assert len(added) == 1 and added[0].startswith("# mlagate ladder run1: step 0%")
 
 
-def step_doc(rep, step, injected, recorded, confirmed, status, below=False):
+def _lowered(module, case: Case, arch: str) -> str:
+    import re
+
+    shape = module.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
+    source = module.lower(shape, module.CONFIGS[case.impl.split("-", 1)[1]], arch)
+    return re.sub(r"workspace(_\d+)?", "workspace", source)  # TileLang 0.1.15 numbers these run to run
+
+
+@pytest.mark.parametrize("arch, family", [("sm_90", "hopper"), ("gfx942", "cdna3")])
+def test_the_patched_kernel_file_lowers_with_its_spin_and_other_shapes_unchanged(tmp_path, arch, family):
+    """The real contract: the step commit's kernel file, imported as asv and the re-measure import it, lowers
+    the listed shape with a clock64 spin of its cycles at the start of the block, and any other shape to the
+    very source base lowers (CUDA sm_90a and HIP gfx942)."""
+    import importlib.util
+    import sys
+
+    from mlagate.kernels import mla_decode
+
+    listed = Case(f"tilelang-{family}", 64, 4096, "float16", 16)
+    other = Case(f"tilelang-{family}", 32, 1024, "bfloat16", 16)
+    text = ladder.patched(KERNEL, 3, {ladder.shape_key(listed.key): 12345}, "run1")
+    file = tmp_path / "mla_decode_ladder_step.py"
+    file.write_text(text)
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[file.stem] = module  # dataclasses look their module up while the file executes
+    try:
+        spec.loader.exec_module(module)
+        spun, unchanged = _lowered(module, listed, arch), _lowered(module, other, arch)
+    finally:
+        del sys.modules[file.stem]
+    assert "clock64()" in spun and "12345" in spun
+    assert spun.index("clock64()") < spun.index("for (int")  # before the first loop of the block
+    assert _lowered(mla_decode, other, arch) == unchanged and "clock64" not in unchanged
+
+
+def step_doc(rep, step, injected, recorded, confirmed, status):
     return {"rep": rep, "step": step, "commit": "c" * 40, "outcome": "pass", "exit_code": 0, "errors": [],
-            "cases": [{"case": list(CASES[0].key), "label": CASES[0].label(), "cycles": 1, "below_overhead": below,
+            "cases": [{"case": list(CASES[0].key), "label": CASES[0].label(), "cycles": 1,
                        "injected": injected, "recorded": recorded, "confirmed": confirmed, "confirm_p": None,
                        "status": status, "reasons": []}]}
 
@@ -146,7 +170,7 @@ def step_doc(rep, step, injected, recorded, confirmed, status, below=False):
 def test_the_table_and_summary_measure_errors_in_percentage_points():
     runs = [step_doc(1, 0, 0.0, 0.002, None, "pass"), step_doc(2, 0, 0.0, -0.004, None, "pass"),
             step_doc(1, 5, 0.05, 0.058, 0.052, "regression"), step_doc(2, 5, 0.05, 0.049, 0.047, "regression"),
-            step_doc(1, 1, 0.015, 0.013, 0.016, "error", below=True)]
+            step_doc(1, 1, 0.015, 0.013, 0.016, "error")]
     table = ladder.rows(runs)
     assert [round(r["recorded_pp"], 6) for r in table] == [0.2, 0.4, 0.8, 0.1, 0.2]
     assert table[0]["confirmed_pp"] is None and table[2]["confirmed_pp"] == pytest.approx(0.2)
@@ -159,7 +183,7 @@ def test_the_table_and_summary_measure_errors_in_percentage_points():
 
 
 def test_a_gate_verdict_becomes_a_step_result_and_a_missing_case_says_so():
-    calibrated = {c.label(): {"steps": {"5": {"cycles": 5600, "below_overhead": False, "injected": 0.051}}}
+    calibrated = {c.label(): {"steps": {"5": {"cycles": 5600, "injected": 0.051}}}
                   for c in CASES}
     flagged = CaseVerdict(CASES[0].key, Status.REGRESSION, reasons=[Note(Kind.LATENCY, "slower")], change=0.049,
                           flagged=True, confirmation={"change": 0.053, "p_value": 1e-9, "agrees": True})
@@ -210,11 +234,11 @@ def repo(tmp_path, monkeypatch):
 
 def calibration_for(cycles: dict) -> dict:
     return {"run_id": "20261201T000000Z-test", "cases_calibrated": {
-        c.label(): {"steps": {ladder.step_name(s): {"cycles": cycles[s][i], "below_overhead": False, "injected": 0}
+        c.label(): {"steps": {ladder.step_name(s): {"cycles": cycles[s][i], "injected": 0}
                               for s in cycles}} for i, c in enumerate(CASES)}}
 
 
-def test_step_commits_sit_on_base_change_only_the_kernel_and_leave_the_checkout_alone(repo, tmp_path, clock):
+def test_step_commits_sit_on_base_change_only_the_kernel_and_leave_the_checkout_alone(repo, tmp_path):
     base = gitops.resolve("HEAD")
     hooks = repo / ".git" / "hooks"
     for hook in ("pre-commit", "post-checkout", "commit-msg"):  # a user's hooks must not run, nor stop it
@@ -227,7 +251,7 @@ def test_step_commits_sit_on_base_change_only_the_kernel_and_leave_the_checkout_
               (repo / "README.md").read_text(), (repo / "kernels" / "mla_decode.py").read_text())
     plan = pipeline.Plan(base, (0.0, 5.0), 1, "quick", ("tilelang-hopper",), "m", tmp_path / "out", CASES)
     calibration = calibration_for({0.0: (None, None), 5.0: (5600, 9000)})
-    commits = {s: pipeline.step_commit(plan, calibration, s) for s in plan.steps}
+    commits = pipeline.step_commits(plan, calibration["run_id"], calibration["cases_calibrated"])
 
     for step, commit in commits.items():
         assert sh(repo, "rev-list", "--parents", "-n", "1", commit).split()[1:] == [base]
@@ -240,12 +264,13 @@ def test_step_commits_sit_on_base_change_only_the_kernel_and_leave_the_checkout_
     assert text.startswith(KERNEL)
     compile(text, "kernels/mla_decode.py", "exec")
     block = text[len(KERNEL):]
-    assert call_time(block, clock, CASES[0]) == pytest.approx(TIME[CASES[0].key] + OVERHEAD + 5600 * SLOPE)
-    assert call_time(block, clock, CASES[1]) == pytest.approx(TIME[CASES[1].key] + OVERHEAD + 9000 * SLOPE)
-    assert call_time(block, clock, Case("tilelang-hopper", 64, 2048, "float16", 16)) == pytest.approx(50e-6)
+    assert call_time(block, CASES[0]) == pytest.approx(TIME[CASES[0].key] + 5600 * SLOPE)
+    assert call_time(block, CASES[1]) == pytest.approx(TIME[CASES[1].key] + 9000 * SLOPE)
+    assert call_time(block, Case("tilelang-hopper", 64, 2048, "float16", 16)) == pytest.approx(50e-6)
     assert sh(repo, "show", f"{commits[0.0]}:kernels/mla_decode.py")[len(KERNEL):].count("\n") == 1
 
-    assert pipeline.step_commit(plan, calibration, 5.0) == commits[5.0]  # made once, found again by its ref
+    again = pipeline.step_commits(plan, calibration["run_id"], calibration["cases_calibrated"])
+    assert again == commits  # made once, found again by their refs
     assert (sh(repo, "status", "--porcelain"), sh(repo, "diff", "--cached"), sh(repo, "rev-parse", "HEAD"),
             (repo / "README.md").read_text(), (repo / "kernels" / "mla_decode.py").read_text()) == before
     assert sh(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
@@ -258,10 +283,10 @@ def test_step_commits_sit_on_base_change_only_the_kernel_and_leave_the_checkout_
 def gpu(repo, clock, monkeypatch):
     """Every GPU part stood in for, against the clock; returns what each was asked to do."""
     from mlagate import gate
-    from mlagate.measure import environment, interleaved
+    from mlagate.measure import environment, harness, interleaved
     from mlagate.store import record, results
 
-    seen = SimpleNamespace(records=[], gates=[], alternates=[], fail_gate_at=None)
+    seen = SimpleNamespace(records=[], gates=[], alternates=[], launched=[], fail_gate_at=None)
     recorded = set()
 
     class Store:
@@ -286,7 +311,7 @@ def gpu(repo, clock, monkeypatch):
         noise = 0.001 * int(rep.removeprefix("rep"))
         cases = []
         for case in CASES:
-            change = call_time(block, clock, case) / TIME[case.key] - 1 + noise
+            change = call_time(block, case) / TIME[case.key] - 1 + noise
             flagged = change >= cfg.gate.screen
             confirmed = change + 0.0007 if flagged else None
             slow = (confirmed if flagged else change) >= cfg.gate.threshold
@@ -303,8 +328,14 @@ def gpu(repo, clock, monkeypatch):
     monkeypatch.setattr(results, "Store", Store)
     monkeypatch.setattr(gate, "run_gate", fake_gate)
     monkeypatch.setattr(interleaved, "alternate", fake_alternate(clock, seen.alternates))
-    monkeypatch.setattr(pipeline, "_kernel_launch",
-                        lambda commit, case, device: lambda: clock.spent.append(TIME[case.key]))
+    monkeypatch.setattr(harness, "Inputs", lambda case, device: None)
+
+    def launch_at(repo, commit, case, inputs):  # the commit's own kernel file decides what a call spends
+        block = gitops.git("show", f"{commit}:kernels/mla_decode.py", strip=False, repo=repo)[len(KERNEL):]
+        seen.launched.append(commit)
+        return lambda: clock.spent.append(call_time(block, case))
+
+    monkeypatch.setattr(interleaved, "launch_at", launch_at)
     return seen
 
 
@@ -319,26 +350,33 @@ def test_the_ladder_calibrates_commits_records_gates_and_tabulates(gpu, repo, tm
 
     cal = json.loads((out / "calibration.json").read_text())["cases_calibrated"]
     b64, b128 = (cal[c.label()] for c in CASES)
-    assert b64["overhead_s"] == pytest.approx(OVERHEAD) and b64["slope_s_per_cycle"] == pytest.approx(SLOPE)
-    assert b64["steps"]["5"]["cycles"] == 5600 and b64["steps"]["5"]["injected"] == pytest.approx(0.05, abs=1e-4)
-    assert b64["steps"]["1"] == {"cycles": 0, "below_overhead": True, "injected": pytest.approx(0.015)}
-    assert b128["steps"]["1"]["below_overhead"] is False and b128["steps"]["1"]["injected"] == pytest.approx(0.01)
+    assert b64["slope_s_per_cycle"] == pytest.approx(SLOPE) and b128["slope_s_per_cycle"] == pytest.approx(SLOPE)
+    assert b64["probe_cycles"] == ladder.probe_cycles(100e-6)
+    assert b64["steps"]["5"]["cycles"] == 8000 and b64["steps"]["5"]["injected"] == pytest.approx(0.05, abs=1e-4)
+    assert b64["steps"]["1"] == {"cycles": 1600, "injected": pytest.approx(0.01, abs=1e-4)}  # a true 1%
+    assert b128["steps"]["1"]["injected"] == pytest.approx(0.01, abs=1e-4)
+    assert b64["steps"]["0"] == {"cycles": None, "injected": 0.0}
     assert all(rounds == pipeline.CALIBRATION_ROUNDS for names, rounds, _ in gpu.alternates if len(names) > 1)
+    probe = json.loads((out / "calibration.json").read_text())["probe_commit"]
+    assert sh(repo, "rev-parse", f"refs/mlagate/ladder/{doc['run_id']}/probe").strip() == probe
+    assert [names for names, _, _ in gpu.alternates] == [["base"]] * 2 + [["base", "probe"]] * 2 + \
+        [["base", "1", "2", "3", "5", "8"]] * 2
+    assert set(gpu.launched) == {base, probe, *doc["commits"].values()} - {doc["commits"]["0"]}
 
     impls = ("tilelang-hopper", "flash_mla")  # the vendor kernel too: the gate needs its ratio
     assert len(gpu.records) == 2 * (1 + 6)
     assert [r for r in gpu.records if r[1] == base] == [("rep1", base, "quick", impls), ("rep2", base, "quick", impls)]
     assert len(gpu.gates) == 12 and len(set(doc["commits"].values())) == 6
     refs = sh(repo, "for-each-ref", "--format=%(objectname)", "refs/mlagate/ladder/").split()
-    assert sorted(refs) == sorted(doc["commits"].values())
+    assert sorted(refs) == sorted([*doc["commits"].values(), probe])
 
     assert len(doc["table"]) == 2 * 6 * 2
     assert max(r["recorded_pp"] for r in doc["table"]) == pytest.approx(0.2, abs=1e-6)  # the gate's noise, rep 2
     summary = {s["step"]: s for s in doc["summary"]}
     assert [summary[s]["fail"] for s in (0, 1, 2, 3, 5, 8)] == [0, 0, 0, 4, 4, 4]
-    assert summary[1]["max_confirmed_pp"] is not None and summary[0]["max_confirmed_pp"] is None
+    assert summary[2]["max_confirmed_pp"] is not None and summary[1]["max_confirmed_pp"] is None  # 1%: not flagged
     md = (out / "ladder.md").read_text()
-    assert "| 2 | 8% | tilelang-hopper h=16 b=128 s=4096 float16 |" in md and "†" in md
+    assert "| 2 | 8% | tilelang-hopper h=16 b=128 s=4096 float16 |" in md and "†" not in md
 
 
 def test_a_killed_ladder_resumes_without_redoing_finished_steps(gpu, repo, tmp_path):
@@ -391,13 +429,13 @@ def test_an_out_folder_of_another_ladder_is_refused(gpu, repo, tmp_path, capsys)
     assert gpu.alternates == []
 
 
-def test_the_report_marks_unconfirmed_and_below_overhead_steps(tmp_path):
-    runs = [step_doc(1, 1, 0.015, 0.013, None, "pass", below=True), step_doc(1, 5, 0.05, 0.052, 0.049, "regression")]
+def test_the_report_marks_unconfirmed_steps(tmp_path):
+    runs = [step_doc(1, 1, 0.015, 0.013, None, "pass"), step_doc(1, 5, 0.05, 0.052, 0.049, "regression")]
     table = ladder.rows(runs)
     doc = {"run_id": "r", "base": "b" * 40, "reps": 1, "grid": "quick", "machine": "m", "steps_run": runs,
            "gate": {"screen": 0.0125, "threshold": 0.025}, "table": table, "summary": ladder.summary(table, (1, 5))}
     md = report.markdown(doc)
-    assert f"| 1 | 1% | {CASES[0].label()} | +1.50% † | +1.30% | – | 0.20 | – | ✅ pass |" in md
+    assert f"| 1 | 1% | {CASES[0].label()} | +1.50% | +1.30% | – | 0.20 | – | ✅ pass |" in md
     assert f"| 1 | 5% | {CASES[0].label()} | +5.00% | +5.20% | +4.90% | 0.20 | 0.10 | ❌ regression |" in md
     assert "| 5% | 1 | 0 | 1 | 0 | +5.00% | 0.20 | 0.10 | 2 of 2 |" in md
     report.plot_png(tmp_path / "l.png", doc)
@@ -437,3 +475,51 @@ def test_calibrate_refuses_what_is_not_a_ladder_and_writes_nothing(tmp_path, cap
     assert cli.main(["calibrate", "--trials", "5", "--ladder", str(bad), "--out", str(out)]) == 2
     assert str(bad) in capsys.readouterr().err
     assert not out.exists()
+
+
+# -- on the GPU --------------------------------------------------------------------------------
+
+SPIN = 2_000_000  # about 1 ms on an H200 at 1.98 GHz
+MAX_CLOCK_HZ = 3.5e9  # no GPU's clock reaches it: the spin takes at least SPIN / MAX_CLOCK_HZ
+
+
+@pytest.mark.gpu
+def test_the_spin_runs_inside_the_kernel_and_changes_no_output(tmp_path):
+    """A step commit's kernel on the GPU: the listed shape is at least SPIN cycles slower per call than base
+    (one launch: the spin is in the kernel), its output and lse bit-identical to base's."""
+    import importlib.util
+    import sys
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA or ROCm GPU")
+    from mlagate.kernels import mla_decode
+
+    family = mla_decode.config_for_arch(mla_decode.device_arch(torch.device("cuda"))).name
+    shape = mla_decode.Shape(batch=8, seqlen=1000, heads=16, dtype="float16")  # masked tail, split
+    case = Case(f"tilelang-{family}", shape.batch, shape.seqlen, shape.dtype, shape.heads)
+    file = tmp_path / "mla_decode_spin_gpu.py"
+    file.write_text(ladder.patched(KERNEL, 5, {ladder.shape_key(case.key): SPIN}, "gpu"))
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[file.stem] = module
+    try:
+        spec.loader.exec_module(module)
+        inputs = mla_decode.random_inputs(shape, device="cuda")
+        outputs, times = [], []
+        for kernel in (mla_decode.compiled(shape, mla_decode.CONFIGS[family]),
+                       module.compiled(module.Shape(**dataclasses.asdict(shape)), module.CONFIGS[family])):
+            out, lse = torch.empty_like(inputs[0]), torch.empty(8, 16, device="cuda", dtype=torch.float32)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            best = float("inf")
+            for _ in range(5):
+                start.record()
+                kernel(*inputs, out, lse)
+                end.record()
+                torch.cuda.synchronize()
+                best = min(best, start.elapsed_time(end) / 1e3)
+            outputs.append((out, lse))
+            times.append(best)
+    finally:
+        del sys.modules[file.stem]
+    assert torch.equal(outputs[0][0], outputs[1][0]) and torch.equal(outputs[0][1], outputs[1][1])
+    assert times[1] - times[0] > SPIN / MAX_CLOCK_HZ, times

@@ -1,5 +1,5 @@
-"""`mlagate ladder`: qualify a runner. Throw-away commits on base add a GPU spin of x% of each case's own
-time (calibrated on the GPU); each is recorded and gated against base, repeatedly, and a table says what
+"""`mlagate ladder`: qualify a runner. Throw-away commits on base add a spin of x% of each case's own time
+inside its TileLang kernel (calibrated on the GPU); each is recorded and gated against base, repeatedly, and a table says what
 the gate measured against what was injected. Exit 0 once the table is written: it reports, it does not judge."""
 
 from mlagate import exits

@@ -1,10 +1,10 @@
 """The ladder's arithmetic (`mlagate ladder`, which qualifies a runner). Pure: no I/O, no GPU.
 
-Which delay to inject for a step of x% of a case's own time: the delay is a GPU spin of ``c`` cycles
-after each TileLang decode call, and what it adds was measured on the GPU at two cycle counts, so
-``added(c) = overhead + slope * c`` (overhead: what one more launch adds at c = 0). A step below that
-overhead is injected at c = 0 and says so. The patch that injects it, and the table's numbers:
-recorded and confirmed change against the injected one, in percentage points.
+Which delay to inject for a step of x% of a case's own time: the delay is a spin of ``c`` GPU clock cycles
+at the start of every block of the TileLang decode kernel, inside the kernel itself (no extra launch), and
+what it adds was measured on the GPU at a probe's cycle count, so ``added(c) = slope * c``. The patch that
+injects it, and the table's numbers: recorded and confirmed change against the injected one, in percentage
+points.
 """
 
 import math
@@ -51,55 +51,62 @@ def probe_cycles(median_s: float, clock_hz: float = 1.5e9, share: float = 0.08) 
     return max(1000, round(share * median_s * clock_hz))
 
 
-def fit(none_s: float, zero_s: float, probe_s: float, probe: int) -> tuple:
-    """(overhead s, slope s/cycle) of added(c) from the medians: the launch alone, with a spin of
-    0 cycles, and with ``probe`` cycles."""
-    slope = (probe_s - zero_s) / probe
+def fit(base_s: float, probe_s: float, probe: int) -> float:
+    """Seconds per spun cycle, from the medians of the kernel as it is and with a spin of ``probe`` cycles."""
+    slope = (probe_s - base_s) / probe
     if not slope > 0:
-        raise ValueError(f"calibration: a spin of {probe} cycles added no time ({zero_s * 1e6:.2f} -> "
+        raise ValueError(f"calibration: a spin of {probe} cycles added no time ({base_s * 1e6:.2f} -> "
                          f"{probe_s * 1e6:.2f} µs); the GPU's timing is not usable for the ladder")
-    return zero_s - none_s, slope
+    return slope
 
 
-def cycles_for(step: float, median_s: float, overhead_s: float, slope: float) -> tuple:
-    """(cycles, below_overhead) that add ``step`` % of ``median_s``; a step smaller than the
-    overhead of the extra launch is injected at 0 cycles (below_overhead: its injected value is
-    that overhead, as measured)."""
-    cycles = round((step / 100 * median_s - overhead_s) / slope)
-    return (0, True) if cycles < 0 else (cycles, False)
+def cycles_for(step: float, median_s: float, slope: float) -> int:
+    """The cycles of spin that add ``step`` % of ``median_s``."""
+    return round(step / 100 * median_s / slope)
 
 
 # -- the throw-away commit's kernel file -------------------------------------------------------
 
-def patched(source: str, step: float, cycles: dict, run_id: str) -> str:
-    """kernels/mla_decode.py with the step appended. Step 0: one comment line. Otherwise a block
-    that wraps CompiledDecode.__call__ with a spin of cycles[shape_key] after the original call,
-    for the listed shapes only (``cycles``: {shape_key: cycles})."""
+def patched(source: str, step, cycles: dict, run_id: str) -> str:
+    """kernels/mla_decode.py with a step appended. Step 0: one comment line. Otherwise a block that wraps
+    attend_macro so that every block of a listed dense shape's kernel first spins ``cycles[shape_key]`` GPU
+    clock cycles (``cycles``: {shape_key: cycles}); any other shape, and the paged kernel, lower unchanged.
+    ``step``: the step's percentage, or a name (the calibration's probe)."""
     text = source if source.endswith("\n") else source + "\n"
+    name = step_name(step) + "%" if isinstance(step, (int, float)) else step
     if step == 0:
         return text + f"{PATCH_MARK} {run_id}: step 0% (no delay)\n"
     rows = "".join(f"    {key!r}: {int(c)},\n" for key, c in sorted(cycles.items()))
     return text + f'''
 
-{PATCH_MARK} {run_id}: step {step_name(step)}% -- a calibrated GPU spin after each decode call.
-# Keys: (config, batch, seqlen, heads, dtype) of the plan; any other shape runs unchanged.
+{PATCH_MARK} {run_id}: step {name} -- a calibrated spin at the start of every decode block.
+# Keys: (config, batch, seqlen, heads, dtype) of a dense shape; any other shape lowers unchanged.
 _LADDER_CYCLES = {{
 {rows}}}
-_ladder_call = CompiledDecode.__call__
+_ladder_attend_macro = attend_macro
 
 
-def _ladder_delayed(self, *args, **kwargs):
-    result = _ladder_call(self, *args, **kwargs)
-    shape = self.plan.shape
-    cycles = _LADDER_CYCLES.get((self.plan.config.name, shape.batch, shape.seqlen, shape.heads, shape.dtype))
-    if cycles is not None:  # 0 cycles still launches the spin: a step below its overhead injects that
-        import torch
-
-        torch.cuda._sleep(cycles)
-    return result
+def ladder_cycles(shape, config):
+    """The spin this step adds to a kernel of ``shape`` and ``config``, in GPU clock cycles (None: none)."""
+    key = (config.name, getattr(shape, "batch", None), getattr(shape, "seqlen", None), shape.heads, shape.dtype)
+    return _LADDER_CYCLES.get(key)
 
 
-CompiledDecode.__call__ = _ladder_delayed
+def attend_macro(shape, config, *args, **kwargs):
+    attend = _ladder_attend_macro(shape, config, *args, **kwargs)
+    cycles = ladder_cycles(shape, config)
+    if not cycles:
+        return attend
+
+    @T.macro
+    def spun(Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max):
+        started = T.alloc_local([1], "int64")
+        started[0] = T.call_extern("int64", "clock64")
+        while T.call_extern("int64", "clock64") - started[0] < cycles:
+            T.evaluate(0)
+        attend(Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max)
+
+    return spun
 '''
 
 
@@ -135,7 +142,7 @@ def rows(step_results: list) -> list:
     for s in step_results:
         for c in s["cases"]:
             out.append({"rep": s["rep"], "step": s["step"], "label": c["label"], "case": c["case"],
-                        "injected": c["injected"], "below_overhead": c.get("below_overhead", False),
+                        "injected": c["injected"],
                         "recorded": c["recorded"], "confirmed": c["confirmed"], "status": c["status"],
                         "recorded_pp": error_pp(c["recorded"], c["injected"]),
                         "confirmed_pp": error_pp(c["confirmed"], c["injected"])})
