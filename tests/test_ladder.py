@@ -453,14 +453,14 @@ def test_fail_shares_put_the_real_ladder_on_the_detection_curve():
     assert pure.fail_shares(table) == [("a", pytest.approx(0.023), pytest.approx(1 / 3), 3), ("a", 0.08, 1.0, 1)]
 
 
-def test_calibrate_plots_a_real_ladder_beside_the_simulation(tmp_path, capsys):
+@pytest.mark.parametrize("folder", ["ladder-h200-2026-11-30", "ladder-h200-2026-11-30-in-kernel"])
+def test_calibrate_plots_a_real_ladder_beside_the_simulation(tmp_path, capsys, folder):
     from mlagate import cli
 
-    doc = json.loads((ROOT / "docs" / "calibration" / "ladder-h200-2026-11-30" / "ladder.json").read_text())
-    assert len({r["rep"] for r in doc["table"]}) == 3  # the committed H200 ladder: three repetitions
-    code = cli.main(["calibrate", "--trials", "20", "--ladder",
-                     str(ROOT / "docs" / "calibration" / "ladder-h200-2026-11-30" / "ladder.json"),
-                     "--out", str(tmp_path)])
+    ladder_json = ROOT / "docs" / "calibration" / folder / "ladder.json"
+    doc = json.loads(ladder_json.read_text())
+    assert len({r["rep"] for r in doc["table"]}) == 3  # the committed H200 ladders: three repetitions
+    code = cli.main(["calibrate", "--trials", "20", "--ladder", str(ladder_json), "--out", str(tmp_path)])
     assert code in (0, 1)  # 1: off target on 20 trials; the plot is written either way
     assert (tmp_path / "calibration.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
