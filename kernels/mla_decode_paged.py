@@ -250,8 +250,8 @@ def lower(shape: PagedShape, config: TileConfig, arch: str) -> str:
 
 
 class CompiledPagedDecode(dense.CompiledProgram):
-    """The paged kernel compiled for one (shape, config). Not a dense CompiledDecode: `mlagate ladder`'s
-    step patch wraps that class's __call__ for dense shapes only."""
+    """The paged kernel compiled for one (shape, config): its own launch arguments (the block table and
+    the lengths) on the dense kernel's compile and workspace."""
 
     def __init__(self, shape: PagedShape, config: TileConfig, arch: str, sm_count: int):
         super().__init__(plan(shape, config, arch, sm_count), program, arch)

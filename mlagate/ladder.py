@@ -33,6 +33,7 @@ from mlagate.measure.summary import median
 
 KERNEL_FILE = "kernels/mla_decode.py"
 REF_ROOT = "refs/mlagate/ladder"
+CALIBRATION_VERSION = 2  # 1: a spin launched after the kernel (its cycles mean nothing to version 2)
 CALIBRATION_ROUNDS = 20  # alternated rounds per calibration measurement (the gate's re-measure has 10)
 # The throw-away commits: a fixed identity, no hooks, no signing, whatever the user's git config says.
 GIT_SETTINGS = ("-c", "user.name=mlagate ladder", "-c", "user.email=mlagate-ladder@localhost",
@@ -90,6 +91,10 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
         raise ValueError(f"--base {base_rev!r}: not a commit in {gitops.REPO} ({e})") from None
     checked = Plan(base, steps, reps, grid, tuple(names), machine or _platform.node(), Path(out), cases)
     saved = read_calibration(checked.out)
+    if saved is not None and saved.get("version") != CALIBRATION_VERSION:
+        raise ValueError(f"--out {checked.out}: calibration.json is of another ladder version "
+                         f"({saved.get('version')!r}; this one writes {CALIBRATION_VERSION}: a spin inside the "
+                         "kernel); give another --out, or remove it to start over")
     differ = ladder.mismatch(saved, checked.identity()) if saved is not None else []
     if differ:
         raise ValueError(f"--out {checked.out}: holds a ladder with another {', '.join(differ)} (calibration.json); "
@@ -158,8 +163,8 @@ def calibrate(cfg: Config, p: Plan, echo) -> dict:
         mine["verify_medians_s"] = verified
         for name, step in mine["steps"].items():  # 0: a comment, nothing added
             step["injected"] = verified[name] / verified["base"] - 1 if name in spun else 0.0
-    return {"version": 2, "run_id": run_id, **p.identity(), "probe_commit": probe, "rounds": CALIBRATION_ROUNDS,
-            "cases_calibrated": per_case}
+    return {"version": CALIBRATION_VERSION, "run_id": run_id, **p.identity(), "probe_commit": probe,
+            "rounds": CALIBRATION_ROUNDS, "cases_calibrated": per_case}
 
 
 def _timed(cfg: Config, commits: dict, case: Case, device, rounds: int = CALIBRATION_ROUNDS) -> dict:

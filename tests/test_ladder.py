@@ -50,9 +50,11 @@ def clock():
 def spin_cycles(block: str, case: Case) -> int:
     """Run a patch's appended block as the kernel file runs it, against a stand-in attend_macro: the cycles its
     wrapped attend_macro spins in the kernel of ``case`` (0: it returns the original macro unchanged)."""
-    namespace = {"attend_macro": lambda *args, **kwargs: "the original attend", "T": None}
+    from mlagate.kernels.mla_decode import Shape
+
+    namespace = {"attend_macro": lambda *args, **kwargs: "the original attend", "T": None, "Shape": Shape}
     exec(compile(block, "appended block", "exec"), namespace)
-    shape = SimpleNamespace(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
+    shape = Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
     config = SimpleNamespace(name=case.impl.split("-", 1)[1])
     cycles = namespace["ladder_cycles"](shape, config) if "ladder_cycles" in namespace else None
     if not cycles:
@@ -115,8 +117,11 @@ def test_the_patch_spins_listed_shapes_only_and_step_0_is_a_comment():
     block = text[len(KERNEL):]
     assert call_time(block, listed) == pytest.approx(TIME[listed.key] + 4000 * SLOPE)
     assert call_time(block, other) == pytest.approx(50e-6)
-    paged = SimpleNamespace(batch=64, heads=16, dtype="float16", max_pages=64, page_size=64)  # no seqlen
-    namespace = {"attend_macro": lambda *a, **k: "the original attend", "T": None}
+    from mlagate.kernels.mla_decode import Shape
+    from mlagate.kernels.mla_decode_paged import PagedShape
+
+    paged = PagedShape(batch=64, heads=16, max_pages=64, page_size=64)
+    namespace = {"attend_macro": lambda *a, **k: "the original attend", "T": None, "Shape": Shape}
     exec(compile(block, "appended block", "exec"), namespace)
     assert namespace["ladder_cycles"](paged, SimpleNamespace(name="hopper")) is None
     comment = ladder.patched(KERNEL, 0, {}, "run1")
@@ -420,11 +425,16 @@ def test_no_gpu_exits_2_and_writes_nothing(gpu, tmp_path, capsys, monkeypatch):
     assert "no GPU" in capsys.readouterr().err and not out.exists() and gpu.alternates == []
 
 
-def test_an_out_folder_of_another_ladder_is_refused(gpu, repo, tmp_path, capsys):
+@pytest.mark.parametrize("saved", [{"base": "0" * 40}, {"version": 1}])  # another ladder; the old spin's
+def test_an_out_folder_of_another_ladder_is_refused(gpu, repo, tmp_path, capsys, saved):
     out = tmp_path / "out"
     out.mkdir()
-    (out / "calibration.json").write_text(json.dumps({"base": "0" * 40, "run_id": "x"}))
-    assert cli.main(["ladder", "--base", "HEAD", "--out", str(out)]) == 2
+    base = gitops.resolve("HEAD")
+    identity = {"base": base, "machine": "m", "grid": "quick", "impls": ["tilelang-hopper", "flash_mla"],
+                "cases": [list(c.key) for c in CASES], "steps": [0, 1, 2, 3, 5, 8]}
+    (out / "calibration.json").write_text(json.dumps({"version": pipeline.CALIBRATION_VERSION, **identity,
+                                                      "run_id": "x", **saved}))
+    assert cli.main(["ladder", "--base", "HEAD", "--out", str(out), "--machine", "m"]) == 2
     assert "--out" in capsys.readouterr().err and [p.name for p in out.iterdir()] == ["calibration.json"]
     assert gpu.alternates == []
 

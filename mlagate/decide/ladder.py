@@ -38,8 +38,8 @@ def step_name(step: float) -> str:
 
 
 def shape_key(case_key: tuple) -> tuple:
-    """A dense case (impl, batch, seqlen, dtype, heads, workload) as the patch looks it up on a CompiledDecode:
-    (config name, batch, seqlen, heads, dtype) of ``self.plan``."""
+    """A dense case (impl, batch, seqlen, dtype, heads, workload) as the patch looks it up for a kernel:
+    (config name, batch, seqlen, heads, dtype) of the dense Shape and TileConfig attend_macro is built for."""
     impl, batch, seqlen, dtype, heads, _ = case_key
     return (impl.split("-", 1)[1], batch, seqlen, heads, dtype)
 
@@ -88,8 +88,9 @@ _ladder_attend_macro = attend_macro
 
 def ladder_cycles(shape, config):
     """The spin this step adds to a kernel of ``shape`` and ``config``, in GPU clock cycles (None: none)."""
-    key = (config.name, getattr(shape, "batch", None), getattr(shape, "seqlen", None), shape.heads, shape.dtype)
-    return _LADDER_CYCLES.get(key)
+    if not isinstance(shape, Shape):  # the paged kernel's PagedShape: never spun
+        return None
+    return _LADDER_CYCLES.get((config.name, shape.batch, shape.seqlen, shape.heads, shape.dtype))
 
 
 def attend_macro(shape, config, *args, **kwargs):
