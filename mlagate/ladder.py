@@ -53,8 +53,8 @@ class Plan:
     cases: tuple
 
     def identity(self) -> dict:
-        return {"base": self.base, "machine": self.machine, "grid": self.grid, "impls": list(self.impls),
-                "cases": [list(c.key) for c in self.cases], "steps": list(self.steps)}
+        return {"version": CALIBRATION_VERSION, "base": self.base, "machine": self.machine, "grid": self.grid,
+                "impls": list(self.impls), "cases": [list(c.key) for c in self.cases], "steps": list(self.steps)}
 
 
 def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="quick", impls=None, machine=None,
@@ -91,10 +91,6 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
         raise ValueError(f"--base {base_rev!r}: not a commit in {gitops.REPO} ({e})") from None
     checked = Plan(base, steps, reps, grid, tuple(names), machine or _platform.node(), Path(out), cases)
     saved = read_calibration(checked.out)
-    if saved is not None and saved.get("version") != CALIBRATION_VERSION:
-        raise ValueError(f"--out {checked.out}: calibration.json is of another ladder version "
-                         f"({saved.get('version')!r}; this one writes {CALIBRATION_VERSION}: a spin inside the "
-                         "kernel); give another --out, or remove it to start over")
     differ = ladder.mismatch(saved, checked.identity()) if saved is not None else []
     if differ:
         raise ValueError(f"--out {checked.out}: holds a ladder with another {', '.join(differ)} (calibration.json); "
@@ -163,7 +159,7 @@ def calibrate(cfg: Config, p: Plan, echo) -> dict:
         mine["verify_medians_s"] = verified
         for name, step in mine["steps"].items():  # 0: a comment, nothing added
             step["injected"] = verified[name] / verified["base"] - 1 if name in spun else 0.0
-    return {"version": CALIBRATION_VERSION, "run_id": run_id, **p.identity(), "probe_commit": probe,
+    return {"run_id": run_id, **p.identity(), "probe_commit": probe,
             "rounds": CALIBRATION_ROUNDS, "cases_calibrated": per_case}
 
 

@@ -47,13 +47,21 @@ def clock():
     return Clock()
 
 
+def appended(block: str) -> dict:
+    """A patch's appended block run as the kernel file runs it, on a stand-in attend_macro: its namespace."""
+    from mlagate.kernels.mla_decode import Shape
+
+    namespace = {"attend_macro": lambda *args, **kwargs: "the original attend", "T": None, "Shape": Shape}
+    exec(compile(block, "appended block", "exec"), namespace)
+    return namespace
+
+
 def spin_cycles(block: str, case: Case) -> int:
     """Run a patch's appended block as the kernel file runs it, against a stand-in attend_macro: the cycles its
     wrapped attend_macro spins in the kernel of ``case`` (0: it returns the original macro unchanged)."""
     from mlagate.kernels.mla_decode import Shape
 
-    namespace = {"attend_macro": lambda *args, **kwargs: "the original attend", "T": None, "Shape": Shape}
-    exec(compile(block, "appended block", "exec"), namespace)
+    namespace = appended(block)
     shape = Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
     config = SimpleNamespace(name=case.impl.split("-", 1)[1])
     cycles = namespace["ladder_cycles"](shape, config) if "ladder_cycles" in namespace else None
@@ -117,13 +125,10 @@ def test_the_patch_spins_listed_shapes_only_and_step_0_is_a_comment():
     block = text[len(KERNEL):]
     assert call_time(block, listed) == pytest.approx(TIME[listed.key] + 4000 * SLOPE)
     assert call_time(block, other) == pytest.approx(50e-6)
-    from mlagate.kernels.mla_decode import Shape
     from mlagate.kernels.mla_decode_paged import PagedShape
 
     paged = PagedShape(batch=64, heads=16, max_pages=64, page_size=64)
-    namespace = {"attend_macro": lambda *a, **k: "the original attend", "T": None, "Shape": Shape}
-    exec(compile(block, "appended block", "exec"), namespace)
-    assert namespace["ladder_cycles"](paged, SimpleNamespace(name="hopper")) is None
+    assert appended(block)["ladder_cycles"](paged, SimpleNamespace(name="hopper")) is None
     comment = ladder.patched(KERNEL, 0, {}, "run1")
     added = comment[len(KERNEL):].splitlines()
     assert len(added) == 1 and added[0].startswith("# mlagate ladder run1: step 0%")

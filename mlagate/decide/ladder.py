@@ -187,7 +187,7 @@ def fail_shares(table: list) -> list:
 
 # -- resuming -----------------------------------------------------------------------------
 
-IDENTITY = ("base", "machine", "grid", "impls", "cases", "steps")
+IDENTITY = ("version", "base", "machine", "grid", "impls", "cases", "steps")
 
 
 def mismatch(saved: dict, wanted: dict) -> list:
