@@ -20,6 +20,7 @@ import tilelang.language as T
 LOG2E = 1.44269504
 LN2 = 0.6931471805599453
 DTYPES = ("float16", "bfloat16")
+SCHEDULES = ("pipelined", "seesaw")
 PASS_CONFIGS = {tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True}
 
 
@@ -54,6 +55,8 @@ class TileConfig:
     memory (Hopper: wgmma reads them there, 228 KB per SM) instead of being held
     in registers (CDNA3: 64 KB of LDS is kept for the K/V tiles alone).
     ``num_split`` of 0 means "fill the device": see :func:`resolve_num_split`.
+    ``schedule``: "pipelined" (this module's program) or "seesaw" (kernels/mla_decode_seesaw.py: two
+    warpgroups on alternate tiles, Hopper only; its block_N is the 128 tokens of a pair of 64-token tiles).
     """
 
     name: str
@@ -64,6 +67,7 @@ class TileConfig:
     num_stages: int
     policy: str
     operands_in_shared: bool
+    schedule: str = "pipelined"
 
     def check(self) -> None:
         """Refuse, naming the field, what no GPU could run, before anything is lowered or launched."""
@@ -85,6 +89,17 @@ class TileConfig:
             raise ValueError(f"config {self.name}: num_stages must be <= 4, got {self.num_stages}")
         if self.policy not in ("FullRow", "FullCol", "Square"):
             raise ValueError(f"config {self.name}: policy must be FullRow, FullCol or Square, got {self.policy!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"config {self.name}: schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.schedule == "seesaw":  # one 64-row wgmma tile per warpgroup, two warpgroups, 64 tokens each
+            for name, value in (("block_N", 128), ("block_H", 64), ("threads", 256), ("operands_in_shared", True)):
+                if getattr(self, name) != value:
+                    raise ValueError(f"config {self.name}: the seesaw schedule takes {name}={value}, "
+                                     f"got {getattr(self, name)!r}")
+
+    def runs_on(self, arch: str) -> bool:
+        """Whether TileLang can build it for ``arch``: the seesaw schedule needs Hopper's wgmma and TMA."""
+        return self.schedule != "seesaw" or arch.startswith("sm_9")
 
     def with_(self, **changes) -> "TileConfig":
         return dataclasses.replace(self, **changes)
@@ -96,7 +111,10 @@ CDNA3 = TileConfig("cdna3", block_N=32, block_H=64, num_split=4, threads=128, nu
 # TileLang's Hopper example: Q in shared memory, 2 stages, FullCol, 256 threads, 64x64.
 HOPPER = TileConfig("hopper", block_N=64, block_H=64, num_split=0, threads=256, num_stages=2,
                     policy="FullCol", operands_in_shared=True)
-CONFIGS = {c.name: c for c in (CDNA3, HOPPER)}
+# FlashMLA's schedule (kernels/mla_decode_seesaw.py): 64-token tiles alternate between two warpgroups.
+SEESAW = TileConfig("seesaw", block_N=128, block_H=64, num_split=0, threads=256, num_stages=2,
+                    policy="FullCol", operands_in_shared=True, schedule="seesaw")
+CONFIGS = {c.name: c for c in (CDNA3, HOPPER, SEESAW)}
 
 # Streaming multiprocessors / compute units, for the "fill the device" split rule.
 SM_COUNT = {"sm_90": 132, "sm_90a": 132, "gfx942": 304}
@@ -161,6 +179,12 @@ def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = Non
     """What one launch does on ``arch``; ``sm_count`` defaults to the arch's known count."""
     shape.check()
     config.check()
+    if not config.runs_on(arch):
+        raise ValueError(f"config {config.name}: the {config.schedule} schedule needs Hopper (wgmma, TMA), not {arch}")
+    if config.schedule == "seesaw" and shape.seqlen <= config.block_N // 2:
+        # A cache shorter than a tile cannot be a TMA box, and at one tile TileLang folds the second
+        # warpgroup's all-masked tile away with its softmax: one short launch either way.
+        config = HOPPER
     block_H = min(config.block_H, shape.heads)
     if shape.heads % block_H:
         raise ValueError(f"heads ({shape.heads}) must be a multiple of the head block "
@@ -277,6 +301,10 @@ def combine_macro(dim: int):
 
 def program(p: Plan):
     """The TileLang program for a plan: split + combine, or no-split."""
+    if p.config.schedule == "seesaw":
+        from mlagate.kernels import mla_decode_seesaw
+
+        return mla_decode_seesaw.program(p)
     s, c = p.shape, p.config
     batch, heads, seqlen, dim, pe_dim = s.batch, s.heads, s.seqlen, s.dim, s.pe_dim
     dtype, accum = s.dtype, "float32"

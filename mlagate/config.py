@@ -20,7 +20,8 @@ PLATFORMS = ("rocm", "cuda")
 DTYPES = ("float16", "bfloat16")
 # Query heads per GPU: DeepSeek's 128 under tensor parallelism 8, 4, 2 and 1.
 HEADS = (16, 32, 64, 128)
-KNOWN_IMPLS = ("tilelang-hopper", "tilelang-cdna3", "flash_mla", "flashinfer", "aiter", "triton", "torch")
+KNOWN_IMPLS = ("tilelang-hopper", "tilelang-seesaw", "tilelang-cdna3", "flash_mla", "flashinfer", "aiter", "triton",
+               "torch")
 # The TileLang config families (kernels/mla_decode.py CONFIGS), by their implementations' names.
 TILELANG_FAMILIES = tuple(i.removeprefix(TILELANG_PREFIX) for i in KNOWN_IMPLS if i.startswith(TILELANG_PREFIX))
 

@@ -29,13 +29,15 @@ def main():
               for c in cfg.grid.cases(args.grid, ["x"], dtypes)}
     names = [impls.TILELANG_PREFIX + name for name in (args.config or m.CONFIGS)]
     # each family's config as the committed table tunes it per shape: what a record then runs
-    kernels = sorted({(s, impls.tilelang_config(impl, s, arch)) for impl in names for s in shapes}, key=str)
+    kernels = sorted({(s, config) for impl in names for s in shapes
+                      if (config := impls.tilelang_config(impl, s, arch)).runs_on(arch)}, key=str)
     # the grid's workloads: the paged kernel, with the config the dense one runs at the batch's mean length
     for case in cfg.cases(args.grid, names, environment.platform()):
         if case.paged and case.dtype in dtypes:
             shape = PagedShape.holding(case.lengths, case.heads, case.page_size, case.dtype)
             config = impls.tilelang_config(case.impl, shape.at_mean_length(case.lengths), arch)
-            kernels.append((shape, config, tuple(case.lengths)))
+            if config.runs_on(arch) and config.schedule == "pipelined":  # the paged kernel's only schedule
+                kernels.append((shape, config, tuple(case.lengths)))
     precompile(kernels, args.jobs)
 
 

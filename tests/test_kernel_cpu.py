@@ -64,16 +64,18 @@ TAIL_MASK = re.compile(
     r"float (?P<inf>\w+) = -(?:HUGE_VALF|CUDART_INF_F);\s*"
     r"float\d (?P<sel>condval\w*);\s*"
     r"if \([^{;]* < \d+\)+ \{\s*"
-    r"(?P=sel) = \*\(float\d\*\)\(acc_s \+ [^;]*\);\s*"
+    r"(?P=sel) = \*\(float\d\*\)\(acc_s(?:_\d+)? \+ [^;]*\);\s*"
     r"\} else \{\s*"
     r"(?P=sel) = make_float\d\((?P=inf)(?:, (?P=inf))*\);\s*"
     r"\}\s*"
-    r"\*\(float\d\*\)\(acc_s \+ [^;]*\) = (?P=sel);")
+    r"\*\(float\d\*\)\(acc_s(?:_\d+)? \+ [^;]*\) = (?P=sel);")
 
 
-@pytest.mark.parametrize("arch", ["gfx942", "sm_90a"])
-@pytest.mark.parametrize("config", list(m.CONFIGS))
+@pytest.mark.parametrize("arch, config", [(arch, name) for arch in ("gfx942", "sm_90a")
+                                          for name, cfg in m.CONFIGS.items() if cfg.runs_on(arch)])
 def test_masked_lowering_sets_the_tail_scores_to_minus_infinity(arch, config):
+    """One masked tile per kernel; the seesaw's is its odd warpgroup's: the even one's tiles of 1000 tokens in 128-token
+    splits all end by token 960, which TVM proves and drops the mask."""
     cfg = m.CONFIGS[config]
     tail = m.Shape(batch=1, seqlen=1000, heads=16)
     assert m.plan(tail, cfg, arch).masked

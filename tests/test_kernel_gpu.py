@@ -20,6 +20,13 @@ RTOL = ATOL = 0.01
 LSE_ATOL = 2e-3
 
 
+def skip_where_it_cannot_run(config: str):
+    arch = m.device_arch(torch.cuda.current_device())
+    cfg = m.CONFIGS[config]
+    if not cfg.runs_on(arch) or (cfg.operands_in_shared and not arch.startswith("sm_9")):
+        pytest.skip(f"the {config} config needs sm_90 (wgmma, TMA, 228 KB shared memory); this GPU is {arch}")
+
+
 def native_config():
     return m.config_for_arch(m.device_arch(torch.cuda.current_device()))
 
@@ -63,10 +70,8 @@ def test_edge_shapes(batch, heads, seqlen, num_split):
 @pytest.mark.parametrize("heads", [16, 32, 64, 128])
 @pytest.mark.parametrize("num_split", [0, 1], ids=["auto", "no_split"])
 def test_every_config_at_every_tensor_parallel_head_count(config, dtype, heads, num_split):
-    """TP8/TP4/TP2/TP1 shapes of DeepSeek's 128 heads, with a masked tail, for both configs."""
-    arch = m.device_arch(torch.cuda.current_device())
-    if config == "hopper" and not arch.startswith("sm_9"):
-        pytest.skip(f"the hopper config needs sm_90 (wgmma, 228 KB shared memory); this GPU is {arch}")
+    """TP8/TP4/TP2/TP1 shapes of DeepSeek's 128 heads, with a masked tail, for every config."""
+    skip_where_it_cannot_run(config)
     shape = m.Shape(batch=64, seqlen=4000, heads=heads, dtype=dtype)
     run_and_check(shape, m.CONFIGS[config].with_(num_split=num_split), seed=heads)
 
@@ -75,9 +80,7 @@ def test_every_config_at_every_tensor_parallel_head_count(config, dtype, heads, 
 def test_every_config_runs_here(config):
     """Each architecture's config is plain TileLang and must be right on any GPU
     it compiles for (the cdna3 config is slow on Hopper, never wrong)."""
-    arch = m.device_arch(torch.cuda.current_device())
-    if config == "hopper" and not arch.startswith("sm_9"):
-        pytest.skip(f"the hopper config needs sm_90 (wgmma, 228 KB shared memory); this GPU is {arch}")
+    skip_where_it_cannot_run(config)
     run_and_check(m.Shape(batch=8, seqlen=3000), m.CONFIGS[config], seed=7)
 
 
@@ -103,3 +106,28 @@ def test_bad_device_input_is_rejected_before_launch():
     q, q_pe, kv, k_pe = m.random_inputs(shape, device="cuda", seed=0)
     with pytest.raises(ValueError, match="k_pe: must be on a GPU"):
         m.mla_decode(q, q_pe, kv, k_pe.cpu())
+
+
+# The seesaw schedule (kernels/mla_decode_seesaw.py), shape by shape.
+SEESAW_GRID = [(b, s, h) for b in (64, 128) for s in (1024, 2048, 4096, 8192, 16384) for h in (16, 32, 64, 128)]
+# A tail in either warpgroup's tile, one token, one tile, splits of one pair, a static loop whose last odd tile
+# is past the end, many splits, split counts not a power of two.
+SEESAW_EDGES = [(1, 1, 16), (2, 63, 32), (3, 64, 64), (1, 65, 128), (2, 127, 16), (2, 129, 64), (4, 1000, 32),
+                (5, 4097, 128), (7, 3000, 16), (128, 192, 64), (132, 300, 128), (1, 16384, 64), (33, 2049, 32)]
+REPEATS = 20
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("batch, seqlen, heads", SEESAW_GRID + SEESAW_EDGES)
+def test_seesaw_matches_the_reference_and_repeats_bit_identically(batch, seqlen, heads, dtype):
+    """Every grid point (both dtypes, every tensor-parallel head count) and the edge shapes, each re-run 20 times
+    bit-identically: FlashMLA-style schedules have shown non-determinism, and this one must have none."""
+    skip_where_it_cannot_run("seesaw")
+    shape = m.Shape(batch=batch, seqlen=seqlen, heads=heads, dtype=dtype)
+    inputs = m.random_inputs(shape, device="cuda", seed=seqlen + heads)
+    kernel = run_and_check(shape, m.SEESAW, seed=seqlen + heads)
+    first = kernel(*inputs, torch.empty_like(inputs[0]), torch.empty(batch, heads, device="cuda"))
+    first = tuple(t.clone() for t in first)
+    for _ in range(REPEATS):
+        again = kernel(*inputs, torch.empty_like(inputs[0]), torch.empty(batch, heads, device="cuda"))
+        assert all(torch.equal(a, b) for a, b in zip(again, first))

@@ -98,7 +98,7 @@ def _tilelang(impl, inputs, device):
 
 def _tilelang_config_here(impl, shape, device):
     config = tilelang_config(impl, shape, mla_decode.device_arch(device))
-    if config.name == "hopper":  # wgmma/TMA and 228 KB of shared memory per block
+    if config.operands_in_shared:  # hopper and seesaw: wgmma/TMA and 228 KB of shared memory per block
         _require_arch(impl, device, prefixes=("sm_9", "sm_10"))
     return config
 
@@ -110,6 +110,9 @@ def _tilelang_paged(impl, paged: Paged, device):
     shape = mla_decode_paged.check_paged_inputs(*paged)  # reads the lengths and table: once, here
     lengths = paged.seqlens.tolist()
     config = _tilelang_config_here(impl, shape.at_mean_length(lengths), device)
+    if config.schedule != "pipelined":
+        raise Unavailable(f"{impl}: the {config.schedule} schedule has no paged kernel (kernels/mla_decode_paged.py "
+                          "is the pipelined one)")
     kernel = mla_decode_paged.compiled(shape, config, device, lengths)
     out = torch.empty_like(paged.q)
     lse = torch.empty(shape.batch, shape.heads, device=device, dtype=torch.float32)
@@ -208,6 +211,7 @@ def _torch(inputs, device):
 
 PREPARE = {
     "tilelang-hopper": partial(_tilelang, "tilelang-hopper"),
+    "tilelang-seesaw": partial(_tilelang, "tilelang-seesaw"),
     "tilelang-cdna3": partial(_tilelang, "tilelang-cdna3"),
     "flash_mla": _flash_mla,
     "flashinfer": _flashinfer,

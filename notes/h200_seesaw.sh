@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# H200 steps of 2026-12-01 (issue 16: the seesaw kernel). After `notes/h200_heads.sh unpack1` (carry .gpu/p1):
+#   step tests : core packages (carry .gpu/p2); the GPU tests' seesaw kernels and the full grid's hopper kernels
+#                (fp16, bf16) precompiled; the GPU test suite
+#   step bench : `mlagate bench` over the full grid, fp16 and bf16: tilelang-seesaw, tilelang-hopper, FlashMLA
+#   step speed : notes/seesaw_probe.py speed (a quick A/B; SPEED_ARGS narrows it, e.g. "--heads 128")
+set -uo pipefail
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+quiet() { grep -v -e Warning -e "TileLang begins" -e "TileLang completes"; }
+timed() { local t0=$SECONDS; "$@"; local rc=$?; echo "[$* -> exit $rc, $((SECONDS - t0)) s]"; return $rc; }
+case "$1" in
+tests)
+  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
+  timed timeout 200 python3 notes/seesaw_probe.py compile --jobs 15 2>&1 | quiet | tail -4
+  timed timeout 100 python3 notes/precompile.py --grid full --config hopper --dtype float16 --dtype bfloat16 \
+    --jobs 15 2>&1 | quiet | tail -2
+  timed timeout 280 python3 -m pytest tests -m gpu -n 8 -q -p no:cacheprovider --benchmark-disable 2>&1 \
+    | tee "$OUT/pytest_gpu.log" | tail -15
+  ;;
+bench)
+  timed timeout 560 python3 -m mlagate.cli bench --grid full --dtype float16 --dtype bfloat16 \
+    --impl tilelang-seesaw --impl tilelang-hopper --impl flash_mla --out "$OUT/bench_seesaw.json" 2>&1 | quiet \
+    | tee "$OUT/bench.log" | tail -100
+  ;;
+speed)
+  timed timeout 500 python3 notes/seesaw_probe.py speed ${SPEED_ARGS:-} --out "$OUT/speed.json" 2>&1 | quiet \
+    | tee "$OUT/speed.log" | tail -90
+  ;;
+esac

@@ -1,0 +1,74 @@
+"""The seesaw schedule (kernels/mla_decode_seesaw.py) without a GPU: its config's contract, its plan, and
+what TileLang lowers it to for sm_90a."""
+
+import re
+
+import pytest
+
+from mlagate.build.analyse import split_kernels
+from mlagate.kernels import mla_decode as m
+
+
+@pytest.mark.parametrize("field, value", [("block_N", 64), ("block_H", 32), ("threads", 128),
+                                          ("operands_in_shared", False)])
+def test_a_seesaw_config_off_its_one_shape_is_refused_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=f"^config seesaw: the seesaw schedule takes {field}="):
+        m.SEESAW.with_(**{field: value}).check()
+
+
+def test_an_unknown_schedule_is_refused():
+    with pytest.raises(ValueError, match="^config hopper: schedule must be one of"):
+        m.HOPPER.with_(schedule="zigzag").check()
+
+
+def test_the_seesaw_runs_on_hopper_only():
+    assert m.SEESAW.runs_on("sm_90a") and not m.SEESAW.runs_on("gfx942")
+    assert m.HOPPER.runs_on("gfx942") and m.CDNA3.runs_on("sm_90")
+    with pytest.raises(ValueError, match="config seesaw: the seesaw schedule needs Hopper"):
+        m.plan(m.Shape(batch=1, seqlen=4096), m.SEESAW, "gfx942")
+
+
+@pytest.mark.parametrize("seqlen, schedule", [(1, "pipelined"), (64, "pipelined"), (65, "seesaw"),
+                                              (4096, "seesaw")])
+def test_a_cache_of_one_tile_or_less_runs_the_pipelined_kernel(seqlen, schedule):
+    assert m.plan(m.Shape(batch=2, seqlen=seqlen), m.SEESAW, "sm_90").config.schedule == schedule
+
+
+@pytest.mark.parametrize("batch, seqlen, heads, want_split, want_len", [
+    (64, 4096, 16, 2, 2048),    # 64 blocks of 64-row tiles (16 real heads): two splits fill 132 SMs
+    (128, 4096, 128, 1, 4096),  # 256 blocks: no split
+    (5, 4097, 128, 11, 384),    # splits are whole pairs of 64-token tiles
+])
+def test_splits_are_whole_pairs_of_tiles(batch, seqlen, heads, want_split, want_len):
+    p = m.plan(m.Shape(batch=batch, seqlen=seqlen, heads=heads), m.SEESAW, "sm_90")
+    assert (p.num_split, p.split_len, p.split_len % 128) == (want_split, want_len, 0)
+
+
+@pytest.fixture(scope="module")
+def source():
+    """The split kernel at TP8's 16 heads, fp16, with a masked tail (odd seqlen)."""
+    return m.lower(m.Shape(batch=7, seqlen=3000, heads=16), m.SEESAW, "sm_90a")
+
+
+def warpgroups(text: str) -> tuple:
+    """The decode kernel's two warpgroup branches: `if (threadIdx.x < 128) { ... } else { ... }`."""
+    body = split_kernels(text)["main_split_kernel"][1]  # the decode kernel (main_split_kernel_1 combines)
+    start = body.index("if (((int)threadIdx.x) < 128) {\n")
+    split = re.search(r"\n  \} else \{\n", body[start:]).start() + start
+    return body[start:split], body[split:]
+
+
+def test_each_warpgroup_computes_its_own_softmax_and_products(source):
+    """Both warpgroups keep their fragments: one fragment shared by the two branches gives each only half its
+    threads, and TileLang then dropped the odd warpgroup's softmax from the source altogether."""
+    even, odd = warpgroups(source)
+    for branch, rescale in ((even, "rescale_0"), (odd, "rescale_1")):
+        assert "exp2f(" in branch and "wgmma" in branch
+        assert re.search(rf"\(\(float\*\){rescale}\)\[[^\]]+\] = ", branch), f"{rescale} is never written"
+
+
+def test_kv_tiles_arrive_by_tma_and_the_two_warpgroups_sync_apart(source):
+    even, odd = warpgroups(source)
+    assert "tma_load(KV_desc" in even and "tma_load(KV_desc" in odd
+    ids = {branch: set(re.findall(r"__sync_thread_partial\((\d+), 128\)", branch)) for branch in (even, odd)}
+    assert ids[even] and ids[odd] and not ids[even] & ids[odd]
