@@ -87,8 +87,11 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
                          f"{', '.join(names)} in the {grid} grid on {here}")
     try:
         base = resolve(base_rev)
+        why = ladder.unpatchable(git("show", f"{base}:{KERNEL_FILE}", strip=False))
     except GitError as e:
-        raise ValueError(f"--base {base_rev!r}: not a commit in {gitops.REPO} ({e})") from None
+        raise ValueError(f"--base {base_rev!r}: not a commit in {gitops.REPO} with {KERNEL_FILE} ({e})") from None
+    if why:  # a base older than the ladder's kernel: refused here, not at a step commit's import on the GPU
+        raise ValueError(f"--base {base_rev!r}: its {KERNEL_FILE} {why}, so no step can be patched into it")
     checked = Plan(base, steps, reps, grid, tuple(names), machine or _platform.node(), Path(out), cases)
     saved = read_calibration(checked.out)
     differ = ladder.mismatch(saved, checked.identity()) if saved is not None else []

@@ -32,8 +32,8 @@ def main():
     kernels = sorted({(s, config) for impl in names for s in shapes
                       if (config := impls.tilelang_config(impl, s, arch)).runs_on(arch)}, key=str)
     # the grid's workloads: the paged kernel, with the config the dense one runs at the batch's mean length
-    for case in cfg.cases(args.grid, names, environment.platform()):
-        if case.paged and case.dtype in dtypes:
+    for case in cfg.cases(args.grid, names, environment.platform(), dtypes):
+        if case.paged:
             shape = PagedShape.holding(case.lengths, case.heads, case.page_size, case.dtype)
             config = impls.tilelang_config(case.impl, shape.at_mean_length(case.lengths), arch)
             if config.runs_on(arch) and config.schedule == "pipelined":  # the paged kernel's only schedule

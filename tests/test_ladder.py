@@ -421,6 +421,23 @@ def test_bad_input_exits_2_naming_the_option_and_writes_nothing(gpu, tmp_path, c
     assert not out.exists() and gpu.records == [] and gpu.alternates == []
 
 
+@pytest.mark.parametrize("kernel, why", [
+    ("def program(p):\n    pass\n", "defines no attend_macro"),  # before bd0bbdf: the attend lived inside program
+    (KERNEL.replace("acc_o, logsum, scores_max):", "acc_o, logsum):", 1), "whose arguments are not")])
+def test_a_base_whose_kernel_the_step_cannot_wrap_is_refused_before_anything(gpu, repo, tmp_path, capsys, kernel,
+                                                                            why):
+    assert ladder.unpatchable(KERNEL) is None and why in ladder.unpatchable(kernel)
+    (repo / "kernels" / "mla_decode.py").write_text(kernel)
+    sh(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false", "commit", "-qam",
+       "an old kernel")
+    out = tmp_path / "out"
+    assert cli.main(["ladder", "--base", "HEAD", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--base" in err and why in err
+    assert not out.exists() and gpu.records == [] and gpu.alternates == []
+    assert sh(repo, "for-each-ref", "refs/mlagate").strip() == ""  # no probe or step commit was made
+
+
 def test_no_gpu_exits_2_and_writes_nothing(gpu, tmp_path, capsys, monkeypatch):
     from mlagate.store import record
 

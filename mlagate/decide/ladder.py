@@ -13,6 +13,9 @@ DEFAULT_STEPS = (0.0, 1.0, 2.0, 3.0, 5.0, 8.0)  # percent of each case's own tim
 MAX_STEP = 50.0
 TOLERANCE_PP = 0.5  # where a qualified runner's measured change must land around the injected one
 PATCH_MARK = "# mlagate ladder"
+# The arguments of the attend macro that attend_macro returns (kernels/mla_decode.py since bd0bbdf): the step's
+# block wraps it with a macro of the same arguments.
+ATTEND_ARGS = "Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max"
 
 
 def parse_steps(text: str) -> tuple:
@@ -67,6 +70,15 @@ def cycles_for(step: float, median_s: float, slope: float) -> int:
 
 # -- the throw-away commit's kernel file -------------------------------------------------------
 
+def unpatchable(source: str) -> str | None:
+    """Why ``patched`` cannot wrap this kernels/mla_decode.py (None: it can)."""
+    if "\ndef attend_macro(" not in source:
+        return "defines no attend_macro"
+    if f"def attend({ATTEND_ARGS}):" not in source:
+        return f"has an attend macro whose arguments are not ({ATTEND_ARGS})"
+    return None
+
+
 def patched(source: str, step, cycles: dict, run_id: str) -> str:
     """kernels/mla_decode.py with a step appended. Step 0: one comment line. Otherwise a block that wraps
     attend_macro so that every block of a listed dense shape's kernel first spins ``cycles[shape_key]`` GPU
@@ -100,12 +112,12 @@ def attend_macro(shape, config, *args, **kwargs):
         return attend
 
     @T.macro
-    def spun(Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max):
+    def spun({ATTEND_ARGS}):
         started = T.alloc_local([1], "int64")
         started[0] = T.call_extern("int64", "clock64")
         while T.call_extern("int64", "clock64") - started[0] < cycles:
             T.evaluate(0)
-        attend(Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max)
+        attend({ATTEND_ARGS})
 
     return spun
 '''
