@@ -98,7 +98,8 @@ class TileConfig:
                                      f"got {getattr(self, name)!r}")
 
     def runs_on(self, arch: str) -> bool:
-        """Whether TileLang can build it for ``arch``: the seesaw schedule needs Hopper's wgmma and TMA."""
+        """Whether TileLang can build it for ``arch`` (the seesaw schedule needs Hopper's wgmma and TMA); whether a
+        GPU has the shared memory it asks is the launch's business (impls, the build report)."""
         return self.schedule != "seesaw" or arch.startswith("sm_9")
 
     def with_(self, **changes) -> "TileConfig":
@@ -181,6 +182,10 @@ def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = Non
     config.check()
     if not config.runs_on(arch):
         raise ValueError(f"config {config.name}: the {config.schedule} schedule needs Hopper (wgmma, TMA), not {arch}")
+    if config.schedule == "seesaw" and (shape.dim, shape.pe_dim) != (512, 64):
+        # its P1 tile reuses Q_pe's 64 columns, and each warpgroup's 256 latent columns are 4 TMA boxes of 64
+        raise ValueError(f"config {config.name}: the seesaw schedule is built for dim 512 + pe_dim 64 (DeepSeek's), "
+                         f"got {shape.dim} + {shape.pe_dim}")
     if config.schedule == "seesaw" and shape.seqlen <= config.block_N // 2:
         # A cache shorter than a tile cannot be a TMA box, and at one tile TileLang folds the second
         # warpgroup's all-masked tile away with its softmax: one short launch either way.

@@ -123,6 +123,8 @@ def plan(shape: PagedShape, config: TileConfig, arch: str, sm_count: int | None 
     """The dense plan at full capacity: its split count is the fill rule's, capped at the tiles
     the longest possible sequence has; its head block and threads are the dense kernel's."""
     shape.check()
+    if config.schedule != "pipelined":
+        raise ValueError(f"config {config.name}: the paged kernel has the pipelined schedule only, not {config.schedule}")
     p = dense.plan(shape.dense(), config, arch, sm_count)
     return PagedPlan(shape, config, p.num_split, p.block_H, p.threads)
 

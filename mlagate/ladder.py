@@ -80,6 +80,13 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
         raise ValueError(f"--impls: unknown implementation {unknown[0]!r}; perf.yml has "
                          f"{', '.join(cfg.implementations)}")
     gated = [i for i in names if i.startswith(TILELANG_PREFIX) and i in cfg.gate.gated]
+    from mlagate.kernels import mla_decode
+
+    for impl in gated:
+        schedule = mla_decode.CONFIGS[impl.removeprefix(TILELANG_PREFIX)].schedule
+        if schedule != "pipelined":  # the step's spin wraps attend_macro, which only the pipelined kernel calls
+            raise ValueError(f"--impls: {impl}: the ladder's delay goes into the pipelined kernel's attend_macro; "
+                             f"the {schedule} schedule has none")
     # the dense grid's: the step's delay is patched into the dense kernel
     cases = tuple(c for c in cfg.cases(grid, gated, here) if not c.paged) if gated else ()
     if not cases:

@@ -19,7 +19,7 @@ tests)
     | tee "$OUT/pytest_gpu.log" | tail -15
   ;;
 bench)
-  timed timeout 560 python3 -m mlagate.cli bench --grid full --dtype float16 --dtype bfloat16 \
+  timed timeout 290 python3 -m mlagate.cli bench --grid full --dtype float16 --dtype bfloat16 \
     --impl tilelang-seesaw --impl tilelang-hopper --impl flash_mla --out "$OUT/bench_seesaw.json" 2>&1 | quiet \
     | tee "$OUT/bench.log" | tail -100
   ;;

@@ -1,10 +1,12 @@
 """The seesaw schedule (kernels/mla_decode_seesaw.py) without a GPU: its config's contract, its plan, and
 what TileLang lowers it to for sm_90a."""
 
+import dataclasses
 import re
 
 import pytest
 
+from mlagate import config
 from mlagate.build.analyse import split_kernels
 from mlagate.kernels import mla_decode as m
 
@@ -26,6 +28,36 @@ def test_the_seesaw_runs_on_hopper_only():
     assert m.HOPPER.runs_on("gfx942") and m.CDNA3.runs_on("sm_90")
     with pytest.raises(ValueError, match="config seesaw: the seesaw schedule needs Hopper"):
         m.plan(m.Shape(batch=1, seqlen=4096), m.SEESAW, "gfx942")
+
+
+def test_the_seesaw_takes_deepseeks_dims_only():
+    with pytest.raises(ValueError, match="built for dim 512 \\+ pe_dim 64"):
+        m.plan(m.Shape(batch=1, seqlen=4096, dim=256), m.SEESAW, "sm_90")
+
+
+def test_neither_the_paged_kernel_nor_the_ladder_takes_the_seesaw():
+    from mlagate import ladder
+    from mlagate.kernels import mla_decode_paged
+
+    paged = mla_decode_paged.PagedShape(batch=2, heads=16, max_pages=4, page_size=64)
+    with pytest.raises(ValueError, match="the paged kernel has the pipelined schedule only"):
+        mla_decode_paged.plan(paged, m.SEESAW, "sm_90")
+    cfg = config.load()
+    gated = dataclasses.replace(cfg, gate=dataclasses.replace(cfg.gate, gated=("tilelang-seesaw",)))
+    with pytest.raises(ValueError, match="--impls: tilelang-seesaw: the ladder's delay goes into the pipelined"):
+        ladder.plan(gated, base_rev="HEAD", impls="tilelang-seesaw,flash_mla", out="unused")
+
+
+def test_a_gpu_without_wgmma_skips_the_seesaw_with_its_reason(monkeypatch):
+    import torch
+
+    from mlagate.measure import impls
+
+    monkeypatch.setattr(m, "check_inputs", lambda *inputs: m.Shape(batch=1, seqlen=8))
+    monkeypatch.setattr(m, "device_arch", lambda device: "sm_100")
+    inputs = (torch.zeros(1, 16, 512), torch.zeros(1, 16, 64), torch.zeros(1, 8, 1, 512), torch.zeros(1, 8, 1, 64))
+    with pytest.raises(impls.Unavailable, match="tilelang-seesaw: the seesaw schedule needs Hopper .* sm_100"):
+        impls.prepare("tilelang-seesaw", inputs, "cpu")
 
 
 @pytest.mark.parametrize("seqlen, schedule", [(1, "pipelined"), (64, "pipelined"), (65, "seesaw"),
@@ -72,3 +104,13 @@ def test_kv_tiles_arrive_by_tma_and_the_two_warpgroups_sync_apart(source):
     assert "tma_load(KV_desc" in even and "tma_load(KV_desc" in odd
     ids = {branch: set(re.findall(r"__sync_thread_partial\((\d+), 128\)", branch)) for branch in (even, odd)}
     assert ids[even] and ids[odd] and not ids[even] & ids[odd]
+
+
+def test_a_build_of_the_seesaw_for_a_gpu_it_cannot_run_on_is_refused(tmp_path, capsys):
+    from mlagate.cli import main
+
+    out = tmp_path / "build"
+    assert main(["build", "--grid", "quick", "--target", "hip:gfx942", "--config-name", "seesaw",
+                 "--out", str(out)]) == 2
+    assert "--config-name seesaw: the seesaw schedule does not build for hip:gfx942" in capsys.readouterr().err
+    assert not out.exists()

@@ -9,9 +9,10 @@ Identical plans are planned once.
 from dataclasses import dataclass
 
 FORCED_SPLIT = 4
-# Configs built per target kind by default. tilelang-hopper and tilelang-seesaw run only on Hopper
-# (impls.py: wgmma/TMA and 228 KB of shared memory); --config-name overrides.
-DEFAULT_CONFIGS = {"cuda": ("hopper", "seesaw", "cdna3"), "hip": ("cdna3",)}
+# Configs built per target kind by default. tilelang-hopper runs only on Hopper (impls.py: wgmma/TMA and
+# 228 KB of shared memory); --config-name overrides. The seesaw is built on demand (--config-name seesaw
+# --target cuda:sm_90a): each of its kernels takes ~15 s to lower, the full grid's 160 too long for CI.
+DEFAULT_CONFIGS = {"cuda": ("hopper", "cdna3"), "hip": ("cdna3",)}
 
 
 class BuildError(ValueError):

@@ -46,6 +46,10 @@ def run(args, cfg) -> int:
             raise BuildError(f"--config-name {unknown[0]}: not in kernels/mla_decode.py CONFIGS "
                              f"({', '.join(mla_decode.CONFIGS)})")
         configs[t] = [mla_decode.CONFIGS[n] for n in names]
+        elsewhere = [c for c in configs[t] if not c.runs_on(plan.parse_target(t)[1])]
+        if elsewhere:
+            raise BuildError(f"--config-name {elsewhere[0].name}: the {elsewhere[0].schedule} schedule does not build "
+                             f"for {t}")
     batches, seqlens, heads = cfg.grid.sizes[args.grid]
     shapes = [mla_decode.Shape(b, s, h, d)
               for d in (args.dtype or mla_decode.DTYPES) for h in heads for b in batches for s in seqlens]

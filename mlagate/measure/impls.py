@@ -97,7 +97,10 @@ def _tilelang(impl, inputs, device):
 
 
 def _tilelang_config_here(impl, shape, device):
-    config = tilelang_config(impl, shape, mla_decode.device_arch(device))
+    arch = mla_decode.device_arch(device)
+    config = tilelang_config(impl, shape, arch)
+    if not config.runs_on(arch):
+        raise Unavailable(f"{impl}: the {config.schedule} schedule needs Hopper (wgmma, TMA), this GPU is {arch}")
     if config.operands_in_shared:  # hopper and seesaw: wgmma/TMA and 228 KB of shared memory per block
         _require_arch(impl, device, prefixes=("sm_9", "sm_10"))
     return config
