@@ -28,6 +28,7 @@ from mlagate.case import Case
 from mlagate.config import Config
 from mlagate.decide import ladder
 from mlagate.gitops import GitError, git, resolve
+from mlagate.kernels import mla_decode
 from mlagate.measure.impls import TILELANG_PREFIX
 from mlagate.measure.summary import median
 
@@ -80,8 +81,6 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
         raise ValueError(f"--impls: unknown implementation {unknown[0]!r}; perf.yml has "
                          f"{', '.join(cfg.implementations)}")
     gated = [i for i in names if i.startswith(TILELANG_PREFIX) and i in cfg.gate.gated]
-    from mlagate.kernels import mla_decode
-
     for impl in gated:
         schedule = mla_decode.CONFIGS[impl.removeprefix(TILELANG_PREFIX)].schedule
         if schedule != "pipelined":  # the step's spin wraps attend_macro, which only the pipelined kernel calls

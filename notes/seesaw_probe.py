@@ -41,6 +41,7 @@ def speed(dtypes, heads, others, out_path):
     from mlagate import config as config_mod
     from mlagate.kernels import mla_decode as m
     from mlagate.measure import impls, metrics, timer
+    from mlagate.measure.summary import median
 
     timing = config_mod.load().timing
     rows = []
@@ -63,8 +64,7 @@ def speed(dtypes, heads, others, out_path):
                "splits": kernel.plan.num_split}
         for name, fn in fns.items():
             samples = timer.time_gpu(fn, timing, "record")
-            ms = sorted(samples.times_ms)[len(samples.times_ms) // 2]
-            row[name] = metrics.tflops(work, ms)
+            row[name] = metrics.tflops(work, median(samples.times_ms))
         rows.append(row)
         ratio = row["seesaw"] / row["flash_mla"] if "flash_mla" in row else float("nan")
         print(f"b={shape.batch:4d} s={shape.seqlen:6d} h={shape.heads:4d} {shape.dtype:9s} split {row['splits']:2d}  "

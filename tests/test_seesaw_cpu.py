@@ -60,6 +60,26 @@ def test_a_gpu_without_wgmma_skips_the_seesaw_with_its_reason(monkeypatch):
         impls.prepare("tilelang-seesaw", inputs, "cpu")
 
 
+def test_a_paged_batch_skips_the_seesaw_with_its_reason(monkeypatch):
+    """A paged workload case of tilelang-seesaw is skipped by name, not failed by the paged kernel's plan."""
+    import torch
+
+    from mlagate.kernels import mla_decode_paged
+    from mlagate.measure import impls
+
+    compiled = []
+    monkeypatch.setattr(mla_decode_paged, "check_paged_inputs",
+                        lambda *paged: mla_decode_paged.PagedShape(batch=2, heads=16, max_pages=2, page_size=64))
+    monkeypatch.setattr(mla_decode_paged, "compiled", lambda *args, **kwargs: compiled.append(args))
+    monkeypatch.setattr(m, "device_arch", lambda device: "sm_90")
+    paged = impls.Paged(torch.zeros(2, 16, 512), torch.zeros(2, 16, 64), torch.zeros(4, 64, 512),
+                        torch.zeros(4, 64, 64), torch.arange(4, dtype=torch.int32).view(2, 2),
+                        torch.full((2,), 100, dtype=torch.int32))
+    with pytest.raises(impls.Unavailable, match="tilelang-seesaw: the seesaw schedule has no paged kernel"):
+        impls.prepare("tilelang-seesaw", paged, "cpu")
+    assert compiled == []
+
+
 @pytest.mark.parametrize("seqlen, schedule", [(1, "pipelined"), (64, "pipelined"), (65, "seesaw"),
                                               (4096, "seesaw")])
 def test_a_cache_of_one_tile_or_less_runs_the_pipelined_kernel(seqlen, schedule):
