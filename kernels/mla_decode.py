@@ -11,6 +11,7 @@ no-split path. A sequence length that is not a multiple of the tile is masked.
 """
 
 import dataclasses
+import importlib
 import math
 from dataclasses import dataclass
 
@@ -304,12 +305,23 @@ def combine_macro(dim: int):
     return combine
 
 
+# The module of kernels/ that builds each other schedule's program, and those modules once imported. A kernel
+# file loaded as it was at another commit (measure.interleaved) gets that commit's modules put in
+# schedule_modules, so a re-measure builds each commit's own seesaw.
+SCHEDULE_MODULES = {"seesaw": "mla_decode_seesaw"}
+schedule_modules = {}
+
+
+def schedule_module(schedule: str):
+    if schedule not in schedule_modules:
+        schedule_modules[schedule] = importlib.import_module(f"mlagate.kernels.{SCHEDULE_MODULES[schedule]}")
+    return schedule_modules[schedule]
+
+
 def program(p: Plan):
     """The TileLang program for a plan: split + combine, or no-split."""
-    if p.config.schedule == "seesaw":
-        from mlagate.kernels import mla_decode_seesaw
-
-        return mla_decode_seesaw.program(p)
+    if p.config.schedule != "pipelined":
+        return schedule_module(p.config.schedule).program(p)
     s, c = p.shape, p.config
     batch, heads, seqlen, dim, pe_dim = s.batch, s.heads, s.seqlen, s.dim, s.pe_dim
     dtype, accum = s.dtype, "float32"

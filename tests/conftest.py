@@ -25,3 +25,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(pytest.mark.skip(reason=f"GPU test: {reason}"))
+
+
+@pytest.fixture
+def kernel_commits(tmp_path):
+    """A git repository of today's kernels/ files: ``commit({"mla_decode.py": "base"})`` commits them, each file
+    named there with ``MARK = "base"`` appended, and returns the commit's hash."""
+    import subprocess
+
+    from mlagate import gitops
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    (tmp_path / "kernels").mkdir()
+
+    def commit(marks: dict) -> str:
+        for source in (gitops.REPO / "kernels").glob("*.py"):
+            mark = f"\nMARK = {marks[source.name]!r}\n" if source.name in marks else ""
+            (tmp_path / "kernels" / source.name).write_text(source.read_text() + mark)
+        git("add", "-A")
+        git("-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false", "commit", "-qm",
+            ", ".join(marks.values()) or "no mark")
+        return git("rev-parse", "HEAD").strip()
+
+    commit.repo = tmp_path
+    return commit

@@ -134,3 +134,37 @@ def test_a_build_of_the_seesaw_for_a_gpu_it_cannot_run_on_is_refused(tmp_path, c
                  "--out", str(out)]) == 2
     assert "--config-name seesaw: the seesaw schedule does not build for hip:gfx942" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_re_measure_builds_each_commits_own_seesaw(kernel_commits):
+    """A re-measure builds base's and head's seesaw from their own commits, each on its own commit's dense file;
+    building today's for both would read any change to the seesaw as none."""
+    import sys
+
+    from mlagate.measure import interleaved
+
+    marks = {"mla_decode.py": "dense", "mla_decode_seesaw.py": "seesaw"}
+    base = kernel_commits({name: f"base {mark}" for name, mark in marks.items()})
+    head = kernel_commits({name: f"head {mark}" for name, mark in marks.items()})
+    for commit, side in ((base, "base"), (head, "head")):
+        dense = interleaved.kernel_module_at(kernel_commits.repo, commit)
+        seesaw = dense.schedule_module("seesaw")
+        assert (dense.MARK, seesaw.MARK) == (f"{side} dense", f"{side} seesaw")
+        assert seesaw.mla_decode is dense
+    assert m.schedule_module("seesaw") is sys.modules["mlagate.kernels.mla_decode_seesaw"]
+    assert sys.modules["mlagate.kernels.mla_decode"] is m
+
+
+def test_a_commit_that_imports_the_seesaw_by_name_is_not_re_measured():
+    """Before SCHEDULE_MODULES, mla_decode.py imported the seesaw module by name when it built a kernel: at such a
+    commit the re-measure would build today's seesaw, so it refuses; its pipelined kernels are re-measured."""
+    import types
+
+    from mlagate.measure import interleaved
+
+    older = types.SimpleNamespace()
+    with pytest.raises(interleaved.ConfirmError, match=r"kernels/mla_decode.py at aaaaaaaaaaaa builds the seesaw "
+                                                       r"schedule from whatever module is installed"):
+        interleaved.check_buildable(older, m.SEESAW, "a" * 40)
+    interleaved.check_buildable(older, m.HOPPER, "a" * 40)
+    interleaved.check_buildable(m, m.SEESAW, "a" * 40)

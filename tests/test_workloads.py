@@ -161,29 +161,16 @@ def test_csr_page_lists_are_each_sequences_used_pages_in_order():
     assert indptr.dtype == ids.dtype == torch.int32
 
 
-def test_the_re_measure_runs_each_commits_paged_kernel_on_that_commits_dense_file(tmp_path):
+def test_the_re_measure_runs_each_commits_paged_kernel_on_that_commits_dense_file(kernel_commits):
     """The paged kernel imports the dense one (tiles, the attend body): a commit's paged kernel must be
     built on the same commit's dense file, or a change to the shared body would read as no change."""
-    import subprocess
     import sys
 
-    from mlagate import gitops
     from mlagate.kernels import mla_decode
     from mlagate.measure import interleaved
 
-    def commit(mark):
-        for name in ("mla_decode.py", "mla_decode_paged.py"):
-            text = (gitops.REPO / "kernels" / name).read_text()
-            (tmp_path / "kernels").mkdir(exist_ok=True)
-            (tmp_path / "kernels" / name).write_text(text + (f"\nMARK = {mark!r}\n" if name == "mla_decode.py" else ""))
-        for args in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false",
-                                     "commit", "-qm", mark]):
-            subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
-        return subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    base, head = commit("base"), commit("head")
+    base, head = kernel_commits({"mla_decode.py": "base"}), kernel_commits({"mla_decode.py": "head"})
+    tmp_path = kernel_commits.repo
     paged = {c: interleaved.kernel_module_at(tmp_path, c, interleaved.PAGED_KERNEL_FILE) for c in (base, head)}
     assert paged[base].dense.MARK == "base" and paged[head].dense.MARK == "head"
     assert paged[base].TileConfig is paged[base].dense.TileConfig  # its named imports too

@@ -55,7 +55,18 @@ def kernel_module_at(repo, commit, path=KERNEL_FILE):
         spec.loader.exec_module(module)
     finally:
         sys.modules["mlagate.kernels.mla_decode"] = package.mla_decode = today
+    for schedule, stem in getattr(module, "SCHEDULE_MODULES", {}).items():  # the dense file's other schedules
+        module.schedule_modules[schedule] = kernel_module_at(repo, commit, f"kernels/{stem}.py")
     return module
+
+
+def check_buildable(module, config, commit):
+    """A config of another schedule than the pipelined one is built by a module the dense file names in
+    SCHEDULE_MODULES (since that table exists): an older file imports it by name at build time, which would
+    build today's kernel for that commit and read a change to it as none."""
+    if config.schedule != "pipelined" and not hasattr(module, "SCHEDULE_MODULES"):
+        raise ConfirmError(f"{KERNEL_FILE} at {commit[:12]} builds the {config.schedule} schedule from whatever "
+                           "module is installed, not its own commit's: it cannot be re-measured as it was")
 
 
 def config_at(repo, commit, module, family: str, shape, arch: str):
@@ -84,6 +95,7 @@ def launch_at(repo, commit, case: Case, inputs: Inputs):
     q = inputs.tensors[0]
     shape = module.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
     config = config_at(repo, commit, module, case.impl[len(TILELANG_PREFIX):], shape, mla_decode.device_arch(q.device))
+    check_buildable(module, config, commit)
     if case.paged:  # the config the dense kernel runs at the batch's mean length, as impls does
         paged = kernel_module_at(repo, commit, PAGED_KERNEL_FILE)
         kernel = paged.compiled(paged.check_paged_inputs(*inputs.tensors), config, lengths=case.lengths)
