@@ -28,20 +28,18 @@ ROWS = 64  # one wgmma tile of rows per warpgroup: the head block, whatever the 
 K_TILE = 64  # columns per TMA box and per wgmma of the scores: 128 bytes of fp16 or bf16
 
 
-def program(p: mla_decode.Plan):
-    """The seesaw program of a plan: split + combine, or no split."""
-    s, c = p.shape, p.config
-    batch, heads, seqlen, dim, pe_dim = s.batch, s.heads, s.seqlen, s.dim, s.pe_dim
-    dtype, accum = s.dtype, "float32"
-    tile = c.block_N // 2  # tokens per warpgroup (TileConfig.check: 64, and mla_decode.plan: seqlen > 64)
-    valid = p.block_H  # heads of one block that exist: all 64, or the 16 or 32 of a smaller model shard
+def attend_macro(shape, config, valid: int, finish, *, masked: bool):
+    """The schedule's macro for a head block of ``valid`` real heads (all 64, or the 16 or 32 of a smaller model
+    shard), over ``n_pairs`` pairs of tiles from ``first_token`` on, ending in
+    ``finish(acc_o, O_s, col, m, l, writes_lse, out, lse_out, bx, by, bz)``: each warpgroup's normalised output
+    half (columns col .. col + half) with the row max m and sum l. ``mlagate ladder`` wraps it (its arguments:
+    mlagate.decide.ladder.SEESAW_ATTEND_ARGS)."""
+    heads, seqlen, dim, pe_dim = shape.heads, shape.seqlen, shape.dim, shape.pe_dim
+    dtype, accum = shape.dtype, "float32"
+    tile = config.block_N // 2  # tokens per warpgroup (TileConfig.check: 64, and mla_decode.plan: seqlen > 64)
     half = dim // 2
     k_tiles = half // K_TILE
-    num_split, split_len = p.num_split, p.split_len
-    pairs_per_split = split_len // c.block_N
-    head_blocks = heads // valid
-    scale = s.scale
-    masked = p.masked
+    scale = shape.scale
     neg_inf = -T.infinity(accum)
 
     @T.macro
@@ -94,178 +92,188 @@ def program(p: mla_decode.Plan):
         for i, j in T.Parallel(ROWS, pe_dim):
             Q_pe_s[i, j] = T.if_then_else(i < valid, Q_pe[bx, T.min(h0 + i, heads - 1), j], 0)
 
-    def attend_with(finish):
-        """The schedule's macro, ending in ``finish(acc_o, O_s, col, m, l, writes_lse, out, lse_out, bx, by, bz)``:
-        each warpgroup's normalised output half (columns col .. col + half) with the row max m and sum l."""
 
-        @T.macro
-        def attend(Q, Q_pe, KV, K_pe, bx, by, bz, first_token, n_pairs, out, lse_out):
-            """Online softmax over n_pairs pairs of tiles from first_token on."""
-            Q_l = T.alloc_shared([ROWS, half], dtype)
-            Q_r = T.alloc_shared([ROWS, half], dtype)
-            Q_pe_s = T.alloc_shared([ROWS, pe_dim], dtype)
-            K0_l = T.alloc_shared([tile, half], dtype)
-            K0_r = T.alloc_shared([tile, half], dtype)
-            K0_pe = T.alloc_shared([tile, pe_dim], dtype)
-            K1_l = T.alloc_shared([tile, half], dtype)
-            K1_r = T.alloc_shared([tile, half], dtype)
-            K1_pe = T.alloc_shared([tile, pe_dim], dtype)
-            P0_s = T.alloc_shared([ROWS, tile], dtype)
-            P1_s = Q_pe_s  # both warpgroups hold Q_pe in registers before the first P1 is written
-            row_max = T.alloc_shared([ROWS], accum)
-            rescale_0 = T.alloc_shared([ROWS], accum)
-            rescale_1 = T.alloc_shared([ROWS], accum)
-            row_sum = T.alloc_shared([ROWS], accum)
+    @T.macro
+    def attend(Q, Q_pe, KV, K_pe, bx, by, bz, first_token, n_pairs, out, lse_out):
+        """Online softmax over n_pairs pairs of tiles from first_token on."""
+        Q_l = T.alloc_shared([ROWS, half], dtype)
+        Q_r = T.alloc_shared([ROWS, half], dtype)
+        Q_pe_s = T.alloc_shared([ROWS, pe_dim], dtype)
+        K0_l = T.alloc_shared([tile, half], dtype)
+        K0_r = T.alloc_shared([tile, half], dtype)
+        K0_pe = T.alloc_shared([tile, pe_dim], dtype)
+        K1_l = T.alloc_shared([tile, half], dtype)
+        K1_r = T.alloc_shared([tile, half], dtype)
+        K1_pe = T.alloc_shared([tile, pe_dim], dtype)
+        P0_s = T.alloc_shared([ROWS, tile], dtype)
+        P1_s = Q_pe_s  # both warpgroups hold Q_pe in registers before the first P1 is written
+        row_max = T.alloc_shared([ROWS], accum)
+        rescale_0 = T.alloc_shared([ROWS], accum)
+        rescale_1 = T.alloc_shared([ROWS], accum)
+        row_sum = T.alloc_shared([ROWS], accum)
 
-            q_ready = T.alloc_barrier(arrive_count=256)
-            k0_l_ready = T.alloc_barrier(arrive_count=[128] * k_tiles)
-            k0_r_ready = T.alloc_barrier(arrive_count=[128] * k_tiles)
-            k0_pe_ready = T.alloc_barrier(arrive_count=128)
-            k1_l_ready = T.alloc_barrier(arrive_count=[128] * k_tiles)
-            k1_r_ready = T.alloc_barrier(arrive_count=[128] * k_tiles)
-            k1_pe_ready = T.alloc_barrier(arrive_count=128)
-            max0_ready = T.alloc_barrier(arrive_count=128)  # wg0 wrote m0 and rescale_0
-            max1_ready = T.alloc_barrier(arrive_count=128)  # wg1 wrote m1 and rescale_1
-            p0_ready = T.alloc_barrier(arrive_count=128)  # wg0 wrote P0 e(m0 - m1)
-            p1_ready = T.alloc_barrier(arrive_count=128)  # wg1 wrote P1
-            sum0_ready = T.alloc_barrier(arrive_count=128)
-            sum_ready = T.alloc_barrier(arrive_count=128)
+        q_ready = T.alloc_barrier(arrive_count=256)
+        k0_l_ready = T.alloc_barrier(arrive_count=[128] * k_tiles)
+        k0_r_ready = T.alloc_barrier(arrive_count=[128] * k_tiles)
+        k0_pe_ready = T.alloc_barrier(arrive_count=128)
+        k1_l_ready = T.alloc_barrier(arrive_count=[128] * k_tiles)
+        k1_r_ready = T.alloc_barrier(arrive_count=[128] * k_tiles)
+        k1_pe_ready = T.alloc_barrier(arrive_count=128)
+        max0_ready = T.alloc_barrier(arrive_count=128)  # wg0 wrote m0 and rescale_0
+        max1_ready = T.alloc_barrier(arrive_count=128)  # wg1 wrote m1 and rescale_1
+        p0_ready = T.alloc_barrier(arrive_count=128)  # wg0 wrote P0 e(m0 - m1)
+        p1_ready = T.alloc_barrier(arrive_count=128)  # wg1 wrote P1
+        sum0_ready = T.alloc_barrier(arrive_count=128)
+        sum_ready = T.alloc_barrier(arrive_count=128)
 
-            tx = T.get_thread_binding()
-            load_q(Q, Q_pe, bx, by, Q_l, Q_r, Q_pe_s)
-            T.fill(row_max, neg_inf)
-            T.fence_proxy_async()  # generic-proxy stores of Q, read next by wgmma (the async proxy)
-            T.barrier_arrive(q_ready)
-            T.barrier_wait(q_ready, 0)
+        tx = T.get_thread_binding()
+        load_q(Q, Q_pe, bx, by, Q_l, Q_r, Q_pe_s)
+        T.fill(row_max, neg_inf)
+        T.fence_proxy_async()  # generic-proxy stores of Q, read next by wgmma (the async proxy)
+        T.barrier_arrive(q_ready)
+        T.barrier_wait(q_ready, 0)
 
-            if tx < 128:
-                # Each warpgroup's own fragments: one fragment laid out over both would give each
-                # warpgroup's branch only its half of the threads.
-                Q_pe_regs = T.alloc_fragment([ROWS, pe_dim], dtype)
-                acc_s = T.alloc_fragment([ROWS, tile], accum)
-                P_regs = T.alloc_fragment([ROWS, tile], dtype)
-                acc_o = T.alloc_fragment([ROWS, half], accum)
-                m_prev = T.alloc_fragment([ROWS], accum)
-                m_new = T.alloc_fragment([ROWS], accum)
-                tile_sum = T.alloc_fragment([ROWS], accum)
-                l_part = T.alloc_fragment([ROWS], accum)
-                T.copy(Q_pe_s, Q_pe_regs)
-                T.fill(acc_o, 0)
-                T.fill(l_part, 0)
-                load_tile(KV, K_pe, bx, first_token + 1 * tile, K1_l, K1_r, K1_pe, k1_l_ready, k1_r_ready, k1_pe_ready,
-                          True, True, True)
-                scores_left(Q_l, K0_l, k0_l_ready, acc_s, 0)
-                scores_rest(Q_r, Q_pe_regs, K0_r, K0_pe, k0_r_ready, k0_pe_ready, acc_s, 0)
-                T.wait_wgmma(0)
-                for k in T.serial(n_pairs):
-                    mask_tail(acc_s, first_token + (2 * k) * tile)
-                    T.copy(row_max, m_prev)
-                    T.copy(m_prev, m_new)
-                    T.reduce_max(acc_s, m_new, dim=1, clear=False)
-                    T.copy(m_new, row_max)
-                    for i, j in T.Parallel(ROWS, tile):
-                        acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m_new[i] * scale)
-                    for i in T.Parallel(ROWS):
-                        rescale_0[i] = T.exp2(m_prev[i] * scale - m_new[i] * scale)
-                    T.reduce_sum(acc_s, tile_sum, dim=1)
-                    T.copy(acc_s, P_regs)
-                    for i, j in T.Parallel(ROWS, half):
-                        acc_o[i, j] *= rescale_0[i]
-                    for i in T.Parallel(ROWS):
-                        l_part[i] = l_part[i] * rescale_0[i] + tile_sum[i]
-                    T.barrier_arrive(max0_ready)
-                    T.wgmma_gemm(P_regs, K0_l, acc_o)
-                    T.wait_wgmma(0)
-                    T.barrier_wait(max1_ready, k % 2)
-                    if k < n_pairs - 1:  # K0_l is wg0's alone: free once P0 V0_l is done
-                        load_tile(KV, K_pe, bx, first_token + (2 * k + 2) * tile, K0_l, K0_r, K0_pe,
-                                  k0_l_ready, k0_r_ready, k0_pe_ready, True, False, False)
-                    for i, j in T.Parallel(ROWS, tile):
-                        P_regs[i, j] = acc_s[i, j] * rescale_1[i]
-                    T.copy(P_regs, P0_s)
-                    T.fence_proxy_async()  # wg1's wgmma reads P0_s
-                    T.barrier_arrive(p0_ready)
-                    for i, j in T.Parallel(ROWS, half):
-                        acc_o[i, j] *= rescale_1[i]
-                    for i in T.Parallel(ROWS):
-                        l_part[i] = l_part[i] * rescale_1[i]
-                    T.barrier_wait(p1_ready, k % 2)
-                    T.wgmma_gemm(P1_s, K1_l, acc_o)
-                    if k < n_pairs - 1:
-                        scores_left(Q_l, K0_l, k0_l_ready, acc_s, (k + 1) % 2)
-                        T.wait_wgmma(k_tiles)  # P1 V1_l done; the next scores' first half may still run
-                        load_tile(KV, K_pe, bx, first_token + (2 * k + 3) * tile, K1_l, K1_r, K1_pe,
-                                  k1_l_ready, k1_r_ready, k1_pe_ready, True, False, True)
-                        scores_rest(Q_r, Q_pe_regs, K0_r, K0_pe, k0_r_ready, k0_pe_ready, acc_s, (k + 1) % 2)
-                    T.wait_wgmma(0)
-                T.copy(l_part, row_sum)
-                T.barrier_arrive(sum0_ready)
-                T.barrier_wait(sum_ready, 0)
-                for i, j in T.Parallel(ROWS, half):
-                    acc_o[i, j] /= row_sum[i]
-                finish(acc_o, Q_l, 0, row_max, row_sum, False, out, lse_out, bx, by, bz)
-            else:
-                # Each warpgroup's own fragments: one fragment laid out over both would give each
-                # warpgroup's branch only its half of the threads.
-                Q_pe_regs = T.alloc_fragment([ROWS, pe_dim], dtype)
-                acc_s = T.alloc_fragment([ROWS, tile], accum)
-                P_regs = T.alloc_fragment([ROWS, tile], dtype)
-                acc_o = T.alloc_fragment([ROWS, half], accum)
-                m_prev = T.alloc_fragment([ROWS], accum)
-                m_new = T.alloc_fragment([ROWS], accum)
-                tile_sum = T.alloc_fragment([ROWS], accum)
-                l_part = T.alloc_fragment([ROWS], accum)
-                T.copy(Q_pe_s, Q_pe_regs)
-                T.fill(acc_o, 0)
-                T.fill(l_part, 0)
-                load_tile(KV, K_pe, bx, first_token + 0 * tile, K0_l, K0_r, K0_pe, k0_l_ready, k0_r_ready, k0_pe_ready,
-                          True, True, True)
-                scores_left(Q_l, K1_l, k1_l_ready, acc_s, 0)
-                scores_rest(Q_r, Q_pe_regs, K1_r, K1_pe, k1_r_ready, k1_pe_ready, acc_s, 0)
-                T.wait_wgmma(0)
-                for k in T.serial(n_pairs):
-                    mask_tail(acc_s, first_token + (2 * k + 1) * tile)
-                    T.barrier_wait(max0_ready, k % 2)
-                    T.copy(row_max, m_prev)
-                    T.copy(m_prev, m_new)
-                    T.reduce_max(acc_s, m_new, dim=1, clear=False)
-                    T.copy(m_new, row_max)
-                    for i in T.Parallel(ROWS):
-                        rescale_1[i] = T.exp2(m_prev[i] * scale - m_new[i] * scale)
-                    for i, j in T.Parallel(ROWS, tile):
-                        acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m_new[i] * scale)
-                    T.reduce_sum(acc_s, tile_sum, dim=1)
-                    for i, j in T.Parallel(ROWS, half):
-                        acc_o[i, j] *= rescale_0[i] * rescale_1[i]
-                    for i in T.Parallel(ROWS):
-                        l_part[i] = l_part[i] * rescale_0[i] * rescale_1[i] + tile_sum[i]
-                    T.barrier_arrive(max1_ready)
-                    T.copy(acc_s, P_regs)
-                    T.copy(P_regs, P1_s)
-                    T.fence_proxy_async()  # wg0's wgmma reads P1_s
-                    T.wgmma_gemm(P_regs, K1_r, acc_o)
-                    T.barrier_arrive(p1_ready)
-                    T.barrier_wait(p0_ready, k % 2)
-                    T.wgmma_gemm(P0_s, K0_r, acc_o)
-                    if k < n_pairs - 1:
-                        T.wait_wgmma(1)  # P1 V1_r done: K1_r is free
-                        load_tile(KV, K_pe, bx, first_token + (2 * k + 3) * tile, K1_l, K1_r, K1_pe,
-                                  k1_l_ready, k1_r_ready, k1_pe_ready, False, True, False)
-                        T.wait_wgmma(0)  # P0 V0_r done: K0_r is free (wg0's scores of K0 finished long ago)
-                        load_tile(KV, K_pe, bx, first_token + (2 * k + 2) * tile, K0_l, K0_r, K0_pe,
-                                  k0_l_ready, k0_r_ready, k0_pe_ready, False, True, True)
-                        scores_left(Q_l, K1_l, k1_l_ready, acc_s, (k + 1) % 2)
-                        scores_rest(Q_r, Q_pe_regs, K1_r, K1_pe, k1_r_ready, k1_pe_ready, acc_s, (k + 1) % 2)
-                    T.wait_wgmma(0)
-                T.barrier_wait(sum0_ready, 0)
+        if tx < 128:
+            # Each warpgroup's own fragments: one fragment laid out over both would give each
+            # warpgroup's branch only its half of the threads.
+            Q_pe_regs = T.alloc_fragment([ROWS, pe_dim], dtype)
+            acc_s = T.alloc_fragment([ROWS, tile], accum)
+            P_regs = T.alloc_fragment([ROWS, tile], dtype)
+            acc_o = T.alloc_fragment([ROWS, half], accum)
+            m_prev = T.alloc_fragment([ROWS], accum)
+            m_new = T.alloc_fragment([ROWS], accum)
+            tile_sum = T.alloc_fragment([ROWS], accum)
+            l_part = T.alloc_fragment([ROWS], accum)
+            T.copy(Q_pe_s, Q_pe_regs)
+            T.fill(acc_o, 0)
+            T.fill(l_part, 0)
+            load_tile(KV, K_pe, bx, first_token + 1 * tile, K1_l, K1_r, K1_pe, k1_l_ready, k1_r_ready, k1_pe_ready,
+                      True, True, True)
+            scores_left(Q_l, K0_l, k0_l_ready, acc_s, 0)
+            scores_rest(Q_r, Q_pe_regs, K0_r, K0_pe, k0_r_ready, k0_pe_ready, acc_s, 0)
+            T.wait_wgmma(0)
+            for k in T.serial(n_pairs):
+                mask_tail(acc_s, first_token + (2 * k) * tile)
+                T.copy(row_max, m_prev)
+                T.copy(m_prev, m_new)
+                T.reduce_max(acc_s, m_new, dim=1, clear=False)
+                T.copy(m_new, row_max)
+                for i, j in T.Parallel(ROWS, tile):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m_new[i] * scale)
                 for i in T.Parallel(ROWS):
-                    row_sum[i] += l_part[i]
-                T.barrier_arrive(sum_ready)
+                    rescale_0[i] = T.exp2(m_prev[i] * scale - m_new[i] * scale)
+                T.reduce_sum(acc_s, tile_sum, dim=1)
+                T.copy(acc_s, P_regs)
                 for i, j in T.Parallel(ROWS, half):
-                    acc_o[i, j] /= row_sum[i]
-                finish(acc_o, Q_r, half, row_max, row_sum, True, out, lse_out, bx, by, bz)
+                    acc_o[i, j] *= rescale_0[i]
+                for i in T.Parallel(ROWS):
+                    l_part[i] = l_part[i] * rescale_0[i] + tile_sum[i]
+                T.barrier_arrive(max0_ready)
+                T.wgmma_gemm(P_regs, K0_l, acc_o)
+                T.wait_wgmma(0)
+                T.barrier_wait(max1_ready, k % 2)
+                if k < n_pairs - 1:  # K0_l is wg0's alone: free once P0 V0_l is done
+                    load_tile(KV, K_pe, bx, first_token + (2 * k + 2) * tile, K0_l, K0_r, K0_pe,
+                              k0_l_ready, k0_r_ready, k0_pe_ready, True, False, False)
+                for i, j in T.Parallel(ROWS, tile):
+                    P_regs[i, j] = acc_s[i, j] * rescale_1[i]
+                T.copy(P_regs, P0_s)
+                T.fence_proxy_async()  # wg1's wgmma reads P0_s
+                T.barrier_arrive(p0_ready)
+                for i, j in T.Parallel(ROWS, half):
+                    acc_o[i, j] *= rescale_1[i]
+                for i in T.Parallel(ROWS):
+                    l_part[i] = l_part[i] * rescale_1[i]
+                T.barrier_wait(p1_ready, k % 2)
+                T.wgmma_gemm(P1_s, K1_l, acc_o)
+                if k < n_pairs - 1:
+                    scores_left(Q_l, K0_l, k0_l_ready, acc_s, (k + 1) % 2)
+                    T.wait_wgmma(k_tiles)  # P1 V1_l done; the next scores' first half may still run
+                    load_tile(KV, K_pe, bx, first_token + (2 * k + 3) * tile, K1_l, K1_r, K1_pe,
+                              k1_l_ready, k1_r_ready, k1_pe_ready, True, False, True)
+                    scores_rest(Q_r, Q_pe_regs, K0_r, K0_pe, k0_r_ready, k0_pe_ready, acc_s, (k + 1) % 2)
+                T.wait_wgmma(0)
+            T.copy(l_part, row_sum)
+            T.barrier_arrive(sum0_ready)
+            T.barrier_wait(sum_ready, 0)
+            for i, j in T.Parallel(ROWS, half):
+                acc_o[i, j] /= row_sum[i]
+            finish(acc_o, Q_l, 0, row_max, row_sum, False, out, lse_out, bx, by, bz)
+        else:
+            # Each warpgroup's own fragments: one fragment laid out over both would give each
+            # warpgroup's branch only its half of the threads.
+            Q_pe_regs = T.alloc_fragment([ROWS, pe_dim], dtype)
+            acc_s = T.alloc_fragment([ROWS, tile], accum)
+            P_regs = T.alloc_fragment([ROWS, tile], dtype)
+            acc_o = T.alloc_fragment([ROWS, half], accum)
+            m_prev = T.alloc_fragment([ROWS], accum)
+            m_new = T.alloc_fragment([ROWS], accum)
+            tile_sum = T.alloc_fragment([ROWS], accum)
+            l_part = T.alloc_fragment([ROWS], accum)
+            T.copy(Q_pe_s, Q_pe_regs)
+            T.fill(acc_o, 0)
+            T.fill(l_part, 0)
+            load_tile(KV, K_pe, bx, first_token + 0 * tile, K0_l, K0_r, K0_pe, k0_l_ready, k0_r_ready, k0_pe_ready,
+                      True, True, True)
+            scores_left(Q_l, K1_l, k1_l_ready, acc_s, 0)
+            scores_rest(Q_r, Q_pe_regs, K1_r, K1_pe, k1_r_ready, k1_pe_ready, acc_s, 0)
+            T.wait_wgmma(0)
+            for k in T.serial(n_pairs):
+                mask_tail(acc_s, first_token + (2 * k + 1) * tile)
+                T.barrier_wait(max0_ready, k % 2)
+                T.copy(row_max, m_prev)
+                T.copy(m_prev, m_new)
+                T.reduce_max(acc_s, m_new, dim=1, clear=False)
+                T.copy(m_new, row_max)
+                for i in T.Parallel(ROWS):
+                    rescale_1[i] = T.exp2(m_prev[i] * scale - m_new[i] * scale)
+                for i, j in T.Parallel(ROWS, tile):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m_new[i] * scale)
+                T.reduce_sum(acc_s, tile_sum, dim=1)
+                for i, j in T.Parallel(ROWS, half):
+                    acc_o[i, j] *= rescale_0[i] * rescale_1[i]
+                for i in T.Parallel(ROWS):
+                    l_part[i] = l_part[i] * rescale_0[i] * rescale_1[i] + tile_sum[i]
+                T.barrier_arrive(max1_ready)
+                T.copy(acc_s, P_regs)
+                T.copy(P_regs, P1_s)
+                T.fence_proxy_async()  # wg0's wgmma reads P1_s
+                T.wgmma_gemm(P_regs, K1_r, acc_o)
+                T.barrier_arrive(p1_ready)
+                T.barrier_wait(p0_ready, k % 2)
+                T.wgmma_gemm(P0_s, K0_r, acc_o)
+                if k < n_pairs - 1:
+                    T.wait_wgmma(1)  # P1 V1_r done: K1_r is free
+                    load_tile(KV, K_pe, bx, first_token + (2 * k + 3) * tile, K1_l, K1_r, K1_pe,
+                              k1_l_ready, k1_r_ready, k1_pe_ready, False, True, False)
+                    T.wait_wgmma(0)  # P0 V0_r done: K0_r is free (wg0's scores of K0 finished long ago)
+                    load_tile(KV, K_pe, bx, first_token + (2 * k + 2) * tile, K0_l, K0_r, K0_pe,
+                              k0_l_ready, k0_r_ready, k0_pe_ready, False, True, True)
+                    scores_left(Q_l, K1_l, k1_l_ready, acc_s, (k + 1) % 2)
+                    scores_rest(Q_r, Q_pe_regs, K1_r, K1_pe, k1_r_ready, k1_pe_ready, acc_s, (k + 1) % 2)
+                T.wait_wgmma(0)
+            T.barrier_wait(sum0_ready, 0)
+            for i in T.Parallel(ROWS):
+                row_sum[i] += l_part[i]
+            T.barrier_arrive(sum_ready)
+            for i, j in T.Parallel(ROWS, half):
+                acc_o[i, j] /= row_sum[i]
+            finish(acc_o, Q_r, half, row_max, row_sum, True, out, lse_out, bx, by, bz)
 
-        return attend
+    return attend
+
+
+def program(p: mla_decode.Plan):
+    """The seesaw program of a plan: split + combine, or no split."""
+    s, c = p.shape, p.config
+    batch, heads, seqlen, dim, pe_dim = s.batch, s.heads, s.seqlen, s.dim, s.pe_dim
+    dtype, accum = s.dtype, "float32"
+    valid = p.block_H  # heads of one block that exist: all 64, or the 16 or 32 of a smaller model shard
+    half = dim // 2
+    num_split, split_len = p.num_split, p.split_len
+    pairs_per_split = split_len // c.block_N
+    head_blocks = heads // valid
+    scale = s.scale
 
     combine = mla_decode.combine_macro(dim)
 
@@ -297,8 +305,8 @@ def program(p: mla_decode.Plan):
                 if i < valid:
                     Lse[bx, by * valid + i] = (T.log2(row_sum[i]) + row_max[i] * scale) * mla_decode.LN2
 
-    attend_split = attend_with(finish_split)
-    attend_no_split = attend_with(finish_no_split)
+    attend_split = attend_macro(s, c, valid, finish_split, masked=p.masked)
+    attend_no_split = attend_macro(s, c, valid, finish_no_split, masked=p.masked)
 
     @T.prim_func
     def main_split(

@@ -1,7 +1,8 @@
 """`mlagate ladder`'s pipeline: qualify a runner by gating known slowdowns. Not on the pull-request path.
 
 The slowdown is a spin of GPU clock cycles at the start of every block of the gated TileLang kernel, inside the
-kernel (kernels/mla_decode.py with a block appended: mlagate/decide/ladder.py). Calibration first, once per
+kernel (the file of each gated schedule, kernels/mla_decode.py or kernels/mla_decode_seesaw.py, with a block
+appended: mlagate/decide/ladder.py). Calibration first, once per
 ladder on the GPU: for each case, the base commit's kernel against a probe commit's (the same kernel with a
 spin of about 8% of the case's time), alternated; from those medians the cycles that add each step's x%.
 Then one throw-away commit per step on top of base (a comment for 0%, the spin for the others), each measured
@@ -32,7 +33,6 @@ from mlagate.kernels import mla_decode
 from mlagate.measure.impls import TILELANG_PREFIX
 from mlagate.measure.summary import median
 
-KERNEL_FILE = "kernels/mla_decode.py"
 REF_ROOT = "refs/mlagate/ladder"
 CALIBRATION_VERSION = 2  # 1: a spin launched after the kernel (its cycles mean nothing to version 2)
 CALIBRATION_ROUNDS = 20  # alternated rounds per calibration measurement (the gate's re-measure has 10)
@@ -52,6 +52,7 @@ class Plan:
     machine: str
     out: Path
     cases: tuple
+    files: tuple = (ladder.DENSE_FILE,)  # the kernel files a step patches: those of the gated cases' schedules
 
     def identity(self) -> dict:
         return {"version": CALIBRATION_VERSION, "base": self.base, "machine": self.machine, "grid": self.grid,
@@ -81,11 +82,7 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
         raise ValueError(f"--impls: unknown implementation {unknown[0]!r}; perf.yml has "
                          f"{', '.join(cfg.implementations)}")
     gated = [i for i in names if i.startswith(TILELANG_PREFIX) and i in cfg.gate.gated]
-    for impl in gated:
-        schedule = mla_decode.CONFIGS[impl.removeprefix(TILELANG_PREFIX)].schedule
-        if schedule != "pipelined":  # the step's spin wraps attend_macro, which only the pipelined kernel calls
-            raise ValueError(f"--impls: {impl}: the ladder's delay goes into the pipelined kernel's attend_macro; "
-                             f"the {schedule} schedule has none")
+    files = sorted({schedule_file(mla_decode.CONFIGS[i.removeprefix(TILELANG_PREFIX)].schedule) for i in gated})
     # the dense grid's: the step's delay is patched into the dense kernel
     cases = tuple(c for c in cfg.cases(grid, gated, here) if not c.paged) if gated else ()
     if not cases:
@@ -93,18 +90,29 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
                          f"{', '.join(names)} in the {grid} grid on {here}")
     try:
         base = resolve(base_rev)
-        why = ladder.unpatchable(git("show", f"{base}:{KERNEL_FILE}", strip=False))
+        sources = {path: git("show", f"{base}:{path}", strip=False) for path in files}
     except GitError as e:
-        raise ValueError(f"--base {base_rev!r}: not a commit in {gitops.REPO} with {KERNEL_FILE} ({e})") from None
-    if why:  # a base older than the ladder's kernel: refused here, not at a step commit's import on the GPU
-        raise ValueError(f"--base {base_rev!r}: its {KERNEL_FILE} {why}, so no step can be patched into it")
-    checked = Plan(base, steps, reps, grid, tuple(names), machine or _platform.node(), Path(out), cases)
+        raise ValueError(f"--base {base_rev!r}: not a commit in {gitops.REPO} with {', '.join(files)} ({e})") from None
+    for path, source in sources.items():
+        why = ladder.unpatchable(source, path)
+        if why:  # a base older than the ladder's kernel: refused here, not at a step commit's import on the GPU
+            raise ValueError(f"--base {base_rev!r}: its {path} {why}, so no step can be patched into it")
+    checked = Plan(base, steps, reps, grid, tuple(names), machine or _platform.node(), Path(out), cases,
+                   tuple(files))
     saved = read_calibration(checked.out)
     differ = ladder.mismatch(saved, checked.identity()) if saved is not None else []
     if differ:
         raise ValueError(f"--out {checked.out}: holds a ladder with another {', '.join(differ)} (calibration.json); "
                          "give another --out, or remove it to start over")
     return checked
+
+
+def schedule_file(schedule: str) -> str:
+    """The kernel file whose attend_macro a schedule's kernels are built with."""
+    path = ladder.DENSE_FILE if schedule == "pipelined" else f"kernels/{mla_decode.SCHEDULE_MODULES[schedule]}.py"
+    if path not in ladder.PATCHED_FILES:
+        raise ValueError(f"--impls: the ladder has no patch for {path}, the {schedule} schedule's kernel")
+    return path
 
 
 def run_ladder(cfg: Config, p: Plan, echo=print) -> dict:
@@ -147,8 +155,8 @@ def calibrate(cfg: Config, p: Plan, echo) -> dict:
         echo(f"calibrating the spin on {case.label()}: base kernel")
         base[case.label()] = _medians(_timed(cfg, {"base": p.base}, case, device, rounds=1))["base"]
     probes = {c.label(): ladder.probe_cycles(base[c.label()]) for c in p.cases}
-    probe = commit_on_base(p, run_id, "probe", "the calibration's probe", ladder.patched(
-        _base_kernel(p), "probe", {ladder.shape_key(c.key): probes[c.label()] for c in p.cases}, run_id))
+    probe = commit_on_base(p, run_id, "probe", "the calibration's probe", patched_files(
+        p, "probe", {ladder.shape_key(c.key): probes[c.label()] for c in p.cases}, run_id))
     per_case = {}
     for case in p.cases:
         echo(f"calibrating the spin on {case.label()}: {probes[case.label()]} cycles, {CALIBRATION_ROUNDS} "
@@ -198,28 +206,30 @@ def _free_memory():
 
 # -- the throw-away commits ---------------------------------------------------------------
 
-def _base_kernel(p: Plan) -> str:
-    return git("show", f"{p.base}:{KERNEL_FILE}", strip=False)
+def patched_files(p: Plan, step, cycles: dict, run_id: str) -> dict:
+    """{path: text}: each of the plan's kernel files as base has it, with the step's block appended."""
+    return {path: ladder.patched(git("show", f"{p.base}:{path}", strip=False), step, cycles, run_id, path)
+            for path in p.files}
 
 
 def step_commits(p: Plan, run_id: str, cases_calibrated: dict) -> dict:
-    """{step: commit}: base + each step's kernels/mla_decode.py, made once and kept by a ref."""
+    """{step: commit}: base + each step's kernel files, made once and kept by a ref."""
     commits = {}
     for step in p.steps:
         name = ladder.step_name(step)
         cycles = {ladder.shape_key(c.key): cases_calibrated[c.label()]["steps"][name]["cycles"] for c in p.cases}
         what = "no delay, a comment only" if step == 0 else "a calibrated spin in the TileLang kernel"
         commits[step] = commit_on_base(p, run_id, f"step-{name}", f"step {name}% ({what})",
-                                       ladder.patched(_base_kernel(p), step, cycles, run_id))
+                                       patched_files(p, step, cycles, run_id))
     return commits
 
 
-def commit_on_base(p: Plan, run_id: str, name: str, title: str, text: str) -> str:
-    """base with ``text`` as its kernels/mla_decode.py, made once and kept by refs/mlagate/ladder/<run_id>/<name>;
+def commit_on_base(p: Plan, run_id: str, name: str, title: str, texts: dict) -> str:
+    """base with ``texts`` ({path: text}) as those kernel files, made once and kept by refs/mlagate/ladder/<run_id>/<name>;
     the user's checkout, index and HEAD are not touched (the commit is made in a worktree of its own)."""
     ref = f"{REF_ROOT}/{run_id}/{name}"
     existing = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
-    if existing and _is_on_base(existing, p.base, text):
+    if existing and _is_on_base(existing, p.base, texts):
         return existing
     message = (f"mlagate ladder {run_id}: {title}\n\nA throw-away commit of `mlagate ladder` (qualifies a runner), "
                f"on {p.base}; never merge it.\n")
@@ -228,9 +238,10 @@ def commit_on_base(p: Plan, run_id: str, name: str, title: str, text: str) -> st
     try:
         git(*GIT_SETTINGS, "worktree", "add", "--detach", "--no-checkout", str(tree), p.base)
         git("read-tree", "HEAD", repo=tree)  # the worktree's own index: base's tree
-        (tree / KERNEL_FILE).parent.mkdir(parents=True, exist_ok=True)
-        (tree / KERNEL_FILE).write_text(text)
-        git(*GIT_SETTINGS, "add", KERNEL_FILE, repo=tree)
+        for path, text in texts.items():
+            (tree / path).parent.mkdir(parents=True, exist_ok=True)
+            (tree / path).write_text(text)
+        git(*GIT_SETTINGS, "add", *texts, repo=tree)
         git(*GIT_SETTINGS, "commit", "--quiet", "--no-verify", "-m", message, repo=tree)
         commit = resolve("HEAD", tree)
     finally:
@@ -241,9 +252,10 @@ def commit_on_base(p: Plan, run_id: str, name: str, title: str, text: str) -> st
     return commit
 
 
-def _is_on_base(commit: str, base: str, text: str) -> bool:
+def _is_on_base(commit: str, base: str, texts: dict) -> bool:
     parents = git("rev-list", "--parents", "-n", "1", commit).split()[1:]
-    return parents == [base] and git("show", f"{commit}:{KERNEL_FILE}", strip=False) == text
+    return parents == [base] and all(git("show", f"{commit}:{path}", strip=False) == text
+                                     for path, text in texts.items())
 
 
 # -- the repetitions -----------------------------------------------------------------------

@@ -516,9 +516,10 @@ MAX_CLOCK_HZ = 3.5e9  # no GPU's clock reaches it: the spin takes at least SPIN 
 
 
 @pytest.mark.gpu
-def test_the_spin_runs_inside_the_kernel_and_changes_no_output(tmp_path):
-    """A step commit's kernel on the GPU: the listed shape is at least SPIN cycles slower per call than base
-    (one launch: the spin is in the kernel), its output and lse bit-identical to base's."""
+@pytest.mark.parametrize("schedule", ["pipelined", "seesaw"])
+def test_the_spin_runs_inside_the_kernel_and_changes_no_output(tmp_path, monkeypatch, schedule):
+    """A step commit's kernel on the GPU, each schedule's file patched: the listed shape is at least SPIN cycles
+    slower per call than base (one launch: the spin is in the kernel), its output and lse bit-identical to base's."""
     import importlib.util
     import sys
 
@@ -526,20 +527,33 @@ def test_the_spin_runs_inside_the_kernel_and_changes_no_output(tmp_path):
         pytest.skip("needs a CUDA or ROCm GPU")
     from mlagate.kernels import mla_decode
 
-    family = mla_decode.config_for_arch(mla_decode.device_arch(torch.device("cuda"))).name
+    device = torch.device("cuda")
+    arch = mla_decode.device_arch(device)
+    config = mla_decode.config_for_arch(arch) if schedule == "pipelined" else mla_decode.SEESAW
+    if not config.runs_on(arch):
+        pytest.skip(f"the {schedule} schedule does not run on {arch}")
+    path = ladder.DENSE_FILE if schedule == "pipelined" else ladder.SEESAW_FILE
     shape = mla_decode.Shape(batch=8, seqlen=1000, heads=16, dtype="float16")  # masked tail, split
-    case = Case(f"tilelang-{family}", shape.batch, shape.seqlen, shape.dtype, shape.heads)
-    file = tmp_path / "mla_decode_spin_gpu.py"
-    file.write_text(ladder.patched(KERNEL, 5, {ladder.shape_key(case.key): SPIN}, "gpu"))
+    case = Case(f"tilelang-{config.name}", shape.batch, shape.seqlen, shape.dtype, shape.heads)
+    file = tmp_path / f"{Path(path).stem}_spin_gpu.py"
+    file.write_text(ladder.patched(gitops.git("show", f"HEAD:{path}", strip=False), 5,
+                                   {ladder.shape_key(case.key): SPIN}, "gpu", path))
     spec = importlib.util.spec_from_file_location(file.stem, file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[file.stem] = module
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
     try:
         spec.loader.exec_module(module)
         inputs = mla_decode.random_inputs(shape, device="cuda")
+        kernels = [mla_decode.CompiledDecode(shape, config, arch, sms)]
+        if schedule == "pipelined":
+            kernels.append(module.CompiledDecode(module.Shape(**dataclasses.asdict(shape)), module.CONFIGS[config.name],
+                                                 arch, sms))
+        else:  # the dense file builds the seesaw with the module it holds for the schedule: the step's
+            monkeypatch.setitem(mla_decode.schedule_modules, "seesaw", module)
+            kernels.append(mla_decode.CompiledDecode(shape, config, arch, sms))
         outputs, times = [], []
-        for kernel in (mla_decode.compiled(shape, mla_decode.CONFIGS[family]),
-                       module.compiled(module.Shape(**dataclasses.asdict(shape)), module.CONFIGS[family])):
+        for kernel in kernels:
             out, lse = torch.empty_like(inputs[0]), torch.empty(8, 16, device="cuda", dtype=torch.float32)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             best = float("inf")

@@ -3,6 +3,7 @@ what TileLang lowers it to for sm_90a."""
 
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 
@@ -35,29 +36,25 @@ def test_the_seesaw_takes_deepseeks_dims_only():
         m.plan(m.Shape(batch=1, seqlen=4096, dim=256), m.SEESAW, "sm_90")
 
 
-def test_neither_the_paged_kernel_nor_the_ladder_takes_the_seesaw():
-    from mlagate import ladder
+def test_the_paged_kernel_does_not_take_the_seesaw():
     from mlagate.kernels import mla_decode_paged
 
     paged = mla_decode_paged.PagedShape(batch=2, heads=16, max_pages=4, page_size=64)
     with pytest.raises(ValueError, match="the paged kernel has the pipelined schedule only"):
         mla_decode_paged.plan(paged, m.SEESAW, "sm_90")
+
+
+def test_a_ladder_of_a_gated_seesaw_patches_the_seesaw_file(tmp_path):
+    from mlagate import ladder
+
     cfg = config.load()
     gated = dataclasses.replace(cfg, gate=dataclasses.replace(cfg.gate, gated=("tilelang-seesaw",)))
-    with pytest.raises(ValueError, match="--impls: tilelang-seesaw: the ladder's delay goes into the pipelined"):
-        ladder.plan(gated, base_rev="HEAD", impls="tilelang-seesaw,flash_mla", out="unused")
-
-
-def test_a_gpu_without_wgmma_skips_the_seesaw_with_its_reason(monkeypatch):
-    import torch
-
-    from mlagate.measure import impls
-
-    monkeypatch.setattr(m, "check_inputs", lambda *inputs: m.Shape(batch=1, seqlen=8))
-    monkeypatch.setattr(m, "device_arch", lambda device: "sm_100")
-    inputs = (torch.zeros(1, 16, 512), torch.zeros(1, 16, 64), torch.zeros(1, 8, 1, 512), torch.zeros(1, 8, 1, 64))
-    with pytest.raises(impls.Unavailable, match="tilelang-seesaw: the seesaw schedule needs Hopper .* sm_100"):
-        impls.prepare("tilelang-seesaw", inputs, "cpu")
+    plan = ladder.plan(gated, base_rev="HEAD", impls="tilelang-seesaw,flash_mla", out=str(tmp_path / "out"))
+    assert plan.files == ("kernels/mla_decode_seesaw.py",) and {c.impl for c in plan.cases} == {"tilelang-seesaw"}
+    both = dataclasses.replace(cfg, gate=dataclasses.replace(cfg.gate, gated=("tilelang-hopper", "tilelang-seesaw")))
+    plan = ladder.plan(both, base_rev="HEAD", impls="tilelang-hopper,tilelang-seesaw,flash_mla",
+                       out=str(tmp_path / "out"))
+    assert plan.files == ("kernels/mla_decode.py", "kernels/mla_decode_seesaw.py")
 
 
 def test_a_paged_batch_skips_the_seesaw_with_its_reason(monkeypatch):
@@ -102,9 +99,13 @@ def source():
     return m.lower(m.Shape(batch=7, seqlen=3000, heads=16), m.SEESAW, "sm_90a")
 
 
+def decode_body(text: str) -> str:
+    return split_kernels(text)["main_split_kernel"][1]  # the decode kernel (main_split_kernel_1 combines)
+
+
 def warpgroups(text: str) -> tuple:
     """The decode kernel's two warpgroup branches: `if (threadIdx.x < 128) { ... } else { ... }`."""
-    body = split_kernels(text)["main_split_kernel"][1]  # the decode kernel (main_split_kernel_1 combines)
+    body = decode_body(text)
     start = body.index("if (((int)threadIdx.x) < 128) {\n")
     split = re.search(r"\n  \} else \{\n", body[start:]).start() + start
     return body[start:split], body[split:]
@@ -168,3 +169,26 @@ def test_a_commit_that_imports_the_seesaw_by_name_is_not_re_measured():
         interleaved.check_buildable(older, m.SEESAW, "a" * 40)
     interleaved.check_buildable(older, m.HOPPER, "a" * 40)
     interleaved.check_buildable(m, m.SEESAW, "a" * 40)
+
+
+def test_the_ladders_patched_seesaw_lowers_with_its_spin_and_other_shapes_unchanged(source, tmp_path, monkeypatch):
+    """A step commit's seesaw file, as the re-measure and asv import it: the listed shape's kernel spins its cycles
+    at the start of the block; any other shape lowers to the very source base lowers."""
+    import importlib.util
+
+    from mlagate.decide import ladder
+
+    base = (Path(m.__file__).parent / "mla_decode_seesaw.py").read_text()
+    listed = m.Shape(batch=64, seqlen=4096, heads=16)
+    text = ladder.patched(base, 3, {("seesaw", 64, 4096, 16, "float16"): 12345}, "run1", ladder.SEESAW_FILE)
+    file = tmp_path / "mla_decode_seesaw_ladder_step.py"
+    file.write_text(text)
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(m.schedule_modules, "seesaw", module)
+    spun = decode_body(m.lower(listed, m.SEESAW, "sm_90a"))
+    assert "clock64()" in spun and "12345" in spun
+    assert spun.index("clock64()") < spun.index("tma_load")  # before the block's first load
+    assert m.lower(m.Shape(batch=7, seqlen=3000, heads=16), m.SEESAW, "sm_90a") == source
+    assert "clock64" not in source

@@ -13,9 +13,14 @@ DEFAULT_STEPS = (0.0, 1.0, 2.0, 3.0, 5.0, 8.0)  # percent of each case's own tim
 MAX_STEP = 50.0
 TOLERANCE_PP = 0.5  # where a qualified runner's measured change must land around the injected one
 PATCH_MARK = "# mlagate ladder"
-# The arguments of the attend macro that attend_macro returns (kernels/mla_decode.py since bd0bbdf): the step's
-# block wraps it with a macro of the same arguments.
+# The kernel files a step patches, each with the arguments of the attend macro its attend_macro returns (the
+# pipelined kernel's since bd0bbdf, the seesaw's since SEESAW_ATTEND_ARGS): the step's block wraps it with a
+# macro of the same arguments. The dense file is always there; the seesaw's only in commits that have it.
+DENSE_FILE = "kernels/mla_decode.py"
+SEESAW_FILE = "kernels/mla_decode_seesaw.py"
 ATTEND_ARGS = "Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max"
+SEESAW_ATTEND_ARGS = "Q, Q_pe, KV, K_pe, bx, by, bz, first_token, n_pairs, out, lse_out"
+PATCHED_FILES = {DENSE_FILE: ATTEND_ARGS, SEESAW_FILE: SEESAW_ATTEND_ARGS}
 
 
 def parse_steps(text: str) -> tuple:
@@ -70,20 +75,23 @@ def cycles_for(step: float, median_s: float, slope: float) -> int:
 
 # -- the throw-away commit's kernel file -------------------------------------------------------
 
-def unpatchable(source: str) -> str | None:
-    """Why ``patched`` cannot wrap this kernels/mla_decode.py (None: it can)."""
+def unpatchable(source: str, path: str = DENSE_FILE) -> str | None:
+    """Why ``patched`` cannot wrap this kernel file (None: it can)."""
+    args = PATCHED_FILES[path]
     if "\ndef attend_macro(" not in source:
         return "defines no attend_macro"
-    if f"def attend({ATTEND_ARGS}):" not in source:
-        return f"has an attend macro whose arguments are not ({ATTEND_ARGS})"
+    if f"def attend({args}):" not in source:
+        return f"has an attend macro whose arguments are not ({args})"
     return None
 
 
-def patched(source: str, step, cycles: dict, run_id: str) -> str:
-    """kernels/mla_decode.py with a step appended. Step 0: one comment line. Otherwise a block that wraps
-    attend_macro so that every block of a listed dense shape's kernel first spins ``cycles[shape_key]`` GPU
-    clock cycles (``cycles``: {shape_key: cycles}); any other shape, and the paged kernel, lower unchanged.
+def patched(source: str, step, cycles: dict, run_id: str, path: str = DENSE_FILE) -> str:
+    """A kernel file of PATCHED_FILES with a step appended. Step 0: one comment line. Otherwise a block that
+    wraps attend_macro so that every block of a listed dense shape's kernel first spins ``cycles[shape_key]``
+    GPU clock cycles (``cycles``: {shape_key: cycles}, keyed by config: each file spins its own configs'
+    kernels); any other shape, and the paged kernel, lower unchanged.
     ``step``: the step's percentage, or a name (the calibration's probe)."""
+    args = PATCHED_FILES[path]
     text = source if source.endswith("\n") else source + "\n"
     name = step_name(step) + "%" if isinstance(step, (int, float)) else step
     if step == 0:
@@ -100,7 +108,7 @@ _ladder_attend_macro = attend_macro
 
 def ladder_cycles(shape, config):
     """The spin this step adds to a kernel of ``shape`` and ``config``, in GPU clock cycles (None: none)."""
-    if not isinstance(shape, Shape):  # the paged kernel's PagedShape: never spun
+    if not hasattr(shape, "seqlen"):  # the paged kernel's PagedShape: never spun
         return None
     return _LADDER_CYCLES.get((config.name, shape.batch, shape.seqlen, shape.heads, shape.dtype))
 
@@ -112,12 +120,12 @@ def attend_macro(shape, config, *args, **kwargs):
         return attend
 
     @T.macro
-    def spun({ATTEND_ARGS}):
+    def spun({args}):
         started = T.alloc_local([1], "int64")
         started[0] = T.call_extern("int64", "clock64")
         while T.call_extern("int64", "clock64") - started[0] < cycles:
             T.evaluate(0)
-        attend({ATTEND_ARGS})
+        attend({args})
 
     return spun
 '''
