@@ -312,6 +312,12 @@ SCHEDULE_MODULES = {"seesaw": "mla_decode_seesaw"}
 schedule_modules = {}
 
 
+def paged_family(name: str) -> str:
+    """The config family a paged batch of family ``name`` runs: the paged kernel has the pipelined schedule only,
+    so a seesaw batch runs the hopper family's, as a seesaw cache of one tile or less does (plan)."""
+    return name if CONFIGS[name].schedule == "pipelined" else HOPPER.name
+
+
 def schedule_module(schedule: str):
     if schedule not in schedule_modules:
         schedule_modules[schedule] = importlib.import_module(f"mlagate.kernels.{SCHEDULE_MODULES[schedule]}")

@@ -82,7 +82,7 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
         raise ValueError(f"--impls: unknown implementation {unknown[0]!r}; perf.yml has "
                          f"{', '.join(cfg.implementations)}")
     gated = [i for i in names if i.startswith(TILELANG_PREFIX) and i in cfg.gate.gated]
-    files = sorted({schedule_file(mla_decode.CONFIGS[i.removeprefix(TILELANG_PREFIX)].schedule) for i in gated})
+    files = sorted({ladder.SCHEDULE_FILES[mla_decode.CONFIGS[i.removeprefix(TILELANG_PREFIX)].schedule] for i in gated})
     # the dense grid's: the step's delay is patched into the dense kernel
     cases = tuple(c for c in cfg.cases(grid, gated, here) if not c.paged) if gated else ()
     if not cases:
@@ -105,14 +105,6 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
         raise ValueError(f"--out {checked.out}: holds a ladder with another {', '.join(differ)} (calibration.json); "
                          "give another --out, or remove it to start over")
     return checked
-
-
-def schedule_file(schedule: str) -> str:
-    """The kernel file whose attend_macro a schedule's kernels are built with."""
-    path = ladder.DENSE_FILE if schedule == "pipelined" else f"kernels/{mla_decode.SCHEDULE_MODULES[schedule]}.py"
-    if path not in ladder.PATCHED_FILES:
-        raise ValueError(f"--impls: the ladder has no patch for {path}, the {schedule} schedule's kernel")
-    return path
 
 
 def run_ladder(cfg: Config, p: Plan, echo=print) -> dict:
@@ -225,7 +217,7 @@ def step_commits(p: Plan, run_id: str, cases_calibrated: dict) -> dict:
 
 
 def commit_on_base(p: Plan, run_id: str, name: str, title: str, texts: dict) -> str:
-    """base with ``texts`` ({path: text}) as those kernel files, made once and kept by refs/mlagate/ladder/<run_id>/<name>;
+    """base with ``texts`` ({path: text}) as those files, made once and kept by refs/mlagate/ladder/<run_id>/<name>;
     the user's checkout, index and HEAD are not touched (the commit is made in a worktree of its own)."""
     ref = f"{REF_ROOT}/{run_id}/{name}"
     existing = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)

@@ -35,8 +35,8 @@ def main():
     for case in cfg.cases(args.grid, names, environment.platform(), dtypes):
         if case.paged:
             shape = PagedShape.holding(case.lengths, case.heads, case.page_size, case.dtype)
-            config = impls.tilelang_config(case.impl, shape.at_mean_length(case.lengths), arch)
-            if config.runs_on(arch) and config.schedule == "pipelined":  # the paged kernel's only schedule
+            config = impls.paged_config(case.impl, shape.at_mean_length(case.lengths), arch)
+            if config.runs_on(arch) and (shape, config, tuple(case.lengths)) not in kernels:  # the seesaw's is hopper's
                 kernels.append((shape, config, tuple(case.lengths)))
     precompile(kernels, args.jobs)
 

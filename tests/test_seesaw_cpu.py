@@ -57,24 +57,27 @@ def test_a_ladder_of_a_gated_seesaw_patches_the_seesaw_file(tmp_path):
     assert plan.files == ("kernels/mla_decode.py", "kernels/mla_decode_seesaw.py")
 
 
-def test_a_paged_batch_skips_the_seesaw_with_its_reason(monkeypatch):
-    """A paged workload case of tilelang-seesaw is skipped by name, not failed by the paged kernel's plan."""
+def test_a_paged_batch_of_the_seesaw_runs_the_hopper_familys_paged_kernel(monkeypatch):
+    """The paged kernel is pipelined only: a paged workload case of tilelang-seesaw runs the config the hopper
+    family runs at the batch's mean length (mla_decode.paged_family), as its short caches run HOPPER."""
     import torch
 
     from mlagate.kernels import mla_decode_paged
     from mlagate.measure import impls
 
     compiled = []
-    monkeypatch.setattr(mla_decode_paged, "check_paged_inputs",
-                        lambda *paged: mla_decode_paged.PagedShape(batch=2, heads=16, max_pages=2, page_size=64))
+    shape = mla_decode_paged.PagedShape(batch=2, heads=16, max_pages=2, page_size=64)
+    monkeypatch.setattr(mla_decode_paged, "check_paged_inputs", lambda *paged: shape)
     monkeypatch.setattr(mla_decode_paged, "compiled", lambda *args, **kwargs: compiled.append(args))
     monkeypatch.setattr(m, "device_arch", lambda device: "sm_90")
+    monkeypatch.setattr(impls, "_require_arch", lambda *args, **kwargs: None)
     paged = impls.Paged(torch.zeros(2, 16, 512), torch.zeros(2, 16, 64), torch.zeros(4, 64, 512),
                         torch.zeros(4, 64, 64), torch.arange(4, dtype=torch.int32).view(2, 2),
                         torch.full((2,), 100, dtype=torch.int32))
-    with pytest.raises(impls.Unavailable, match="tilelang-seesaw: the seesaw schedule has no paged kernel"):
-        impls.prepare("tilelang-seesaw", paged, "cpu")
-    assert compiled == []
+    impls.prepare("tilelang-seesaw", paged, "cpu")
+    mean = shape.at_mean_length([100, 100])
+    assert m.paged_family("seesaw") == "hopper" and m.paged_family("cdna3") == "cdna3"
+    assert compiled == [(shape, impls.tilelang_config("tilelang-hopper", mean, "sm_90"), "cpu", [100, 100])]
 
 
 @pytest.mark.parametrize("seqlen, schedule", [(1, "pipelined"), (64, "pipelined"), (65, "seesaw"),
@@ -192,3 +195,11 @@ def test_the_ladders_patched_seesaw_lowers_with_its_spin_and_other_shapes_unchan
     assert spun.index("clock64()") < spun.index("tma_load")  # before the block's first load
     assert m.lower(m.Shape(batch=7, seqlen=3000, heads=16), m.SEESAW, "sm_90a") == source
     assert "clock64" not in source
+
+
+def test_the_ladder_has_a_patch_for_every_schedule():
+    from mlagate.decide import ladder
+
+    assert set(ladder.SCHEDULE_FILES) == set(m.SCHEDULES)
+    assert {f"kernels/{stem}.py" for stem in m.SCHEDULE_MODULES.values()} | {ladder.DENSE_FILE} == \
+        set(ladder.SCHEDULE_FILES.values()) == set(ladder.PATCHED_FILES)

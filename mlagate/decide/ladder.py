@@ -21,6 +21,7 @@ SEESAW_FILE = "kernels/mla_decode_seesaw.py"
 ATTEND_ARGS = "Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max"
 SEESAW_ATTEND_ARGS = "Q, Q_pe, KV, K_pe, bx, by, bz, first_token, n_pairs, out, lse_out"
 PATCHED_FILES = {DENSE_FILE: ATTEND_ARGS, SEESAW_FILE: SEESAW_ATTEND_ARGS}
+SCHEDULE_FILES = {"pipelined": DENSE_FILE, "seesaw": SEESAW_FILE}  # whose attend_macro builds each schedule's kernel
 
 
 def parse_steps(text: str) -> tuple:

@@ -84,6 +84,15 @@ def tilelang_config(impl: str, shape, arch: str):
     return tuned.parse_candidate(impl) or tuned.tuned_config(impl.removeprefix(TILELANG_PREFIX), shape, arch)
 
 
+def paged_config(impl: str, mean_shape, arch: str):
+    """The config a paged batch of ``impl`` runs: the one the dense kernel runs at the batch's mean length, or where
+    that is not the paged kernel's pipelined schedule, its fallback family's (mla_decode.paged_family)."""
+    config = tilelang_config(impl, mean_shape, arch)
+    if config.schedule != "pipelined":
+        config = tilelang_config(TILELANG_PREFIX + mla_decode.paged_family(config.name), mean_shape, arch)
+    return config
+
+
 def _tilelang(impl, inputs, device):
     if isinstance(inputs, Paged):
         return _tilelang_paged(impl, inputs, device)
@@ -96,9 +105,9 @@ def _tilelang(impl, inputs, device):
     return lambda: kernel(q, q_pe, kv, k_pe, out, lse)[0]
 
 
-def _tilelang_config_here(impl, shape, device):
+def _tilelang_config_here(impl, shape, device, paged=False):
     arch = mla_decode.device_arch(device)
-    config = tilelang_config(impl, shape, arch)
+    config = (paged_config if paged else tilelang_config)(impl, shape, arch)
     if not config.runs_on(arch):
         raise Unavailable(f"{impl}: the {config.schedule} schedule needs Hopper (wgmma, TMA), this GPU is {arch}")
     if config.operands_in_shared:  # hopper and seesaw: wgmma/TMA and 228 KB of shared memory per block
@@ -107,15 +116,12 @@ def _tilelang_config_here(impl, shape, device):
 
 
 def _tilelang_paged(impl, paged: Paged, device):
-    """kernels/mla_decode_paged.py with the config the dense kernel runs at the batch's mean length."""
+    """kernels/mla_decode_paged.py with the config the dense kernel runs at the batch's mean length (paged_config)."""
     from mlagate.kernels import mla_decode_paged
 
     shape = mla_decode_paged.check_paged_inputs(*paged)  # reads the lengths and table: once, here
     lengths = paged.seqlens.tolist()
-    config = _tilelang_config_here(impl, shape.at_mean_length(lengths), device)
-    if config.schedule != "pipelined":
-        raise Unavailable(f"{impl}: the {config.schedule} schedule has no paged kernel (kernels/mla_decode_paged.py "
-                          "is the pipelined one)")
+    config = _tilelang_config_here(impl, shape.at_mean_length(lengths), device, paged=True)
     kernel = mla_decode_paged.compiled(shape, config, device, lengths)
     out = torch.empty_like(paged.q)
     lse = torch.empty(shape.batch, shape.heads, device=device, dtype=torch.float32)

@@ -95,6 +95,12 @@ def launch_at(repo, commit, case: Case, inputs: Inputs):
     q = inputs.tensors[0]
     shape = module.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
     config = config_at(repo, commit, module, case.impl[len(TILELANG_PREFIX):], shape, mla_decode.device_arch(q.device))
+    if case.paged and config.schedule != "pipelined":  # the paged kernel's fallback family, as impls.paged_config
+        if not hasattr(module, "paged_family"):
+            raise ConfirmError(f"{case.label()}: {KERNEL_FILE} at {commit[:12]} has no paged kernel for the "
+                               f"{config.schedule} schedule")
+        config = config_at(repo, commit, module, module.paged_family(config.name), shape,
+                           mla_decode.device_arch(q.device))
     check_buildable(module, config, commit)
     if case.paged:  # the config the dense kernel runs at the batch's mean length, as impls does
         paged = kernel_module_at(repo, commit, PAGED_KERNEL_FILE)
