@@ -2,7 +2,8 @@
 
 tilelang-hopper b64 s4096 h16 (and FlashMLA at the same point) run at two levels ~2.8% (~1.5%) apart, each
 lasting ~0.5-1 s, with the SM clock reading 1980 MHz throughout (docs/measurements.md). Two views:
-  windows: 5 timings of 20 windows each (50 ms warm-up), every window's median: how long a level lasts
+  windows: 5 timings of 20 windows each (50 ms warm-up), every window's median, power and SM clock: how long a
+           level lasts, and whether the power moves with it (window_levels.log has the medians only: the first run)
   nvml:    60 short timings (2 windows, back to back) with NVML polled every 5 ms on a thread: the SM and
            memory clocks, power and slowdown reasons over each timing
 Run: PYTHONPATH=$PWD python notes/window_levels.py windows|nvml"""
@@ -33,10 +34,10 @@ if sys.argv[1:] == ["windows"]:
             i, levels = 0, []
             for w in s.windows:  # times_ms holds the kept windows' samples, in order
                 if w["kept"]:
-                    levels.append(statistics.median(s.times_ms[i:i + w["samples"]]) * 1e3)
+                    levels.append((statistics.median(s.times_ms[i:i + w["samples"]]) * 1e3, w["power_w"], w["sm_mhz"]))
                     i += w["samples"]
-            print(case.impl, r, f"call median {statistics.median(s.times_ms) * 1e3:.2f}", "windows",
-                  " ".join(f"{m:.1f}" for m in levels), flush=True)
+            print(case.impl, r, f"call median {statistics.median(s.times_ms) * 1e3:.2f}", "windows (µs/W/MHz)",
+                  " ".join(f"{m:.1f}/{watts or 0:.0f}/{mhz or 0:.0f}" for m, watts, mhz in levels), flush=True)
     sys.exit(0)
 
 pynvml.nvmlInit()
