@@ -4,6 +4,8 @@
 #                (fp16, bf16) precompiled; the GPU test suite
 #   step bench : `mlagate bench` over the full grid, fp16 and bf16: tilelang-seesaw, tilelang-hopper, FlashMLA
 #   step speed : notes/seesaw_probe.py speed (a quick A/B; SPEED_ARGS narrows it, e.g. "--heads 128")
+#   step variant : the seesaw with VARIANT (a patch, default notes/seesaw_variants/prefetch.diff) compiled and
+#                timed beside the committed one and FlashMLA, 128 heads (VARIANT_ARGS overrides the narrowing)
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -22,6 +24,14 @@ bench)
   timed timeout 290 python3 -m mlagate.cli bench --grid full --dtype float16 --dtype bfloat16 \
     --impl tilelang-seesaw --impl tilelang-hopper --impl flash_mla --out "$OUT/bench_seesaw.json" 2>&1 | quiet \
     | tee "$OUT/bench.log" | tail -100
+  ;;
+variant)
+  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
+  v=${VARIANT:-notes/seesaw_variants/prefetch.diff}; narrow=${VARIANT_ARGS:---heads 128}
+  timed timeout 250 python3 notes/seesaw_probe.py compile --variant "$v" $narrow --dtype float16 --dtype bfloat16 \
+    --jobs 15 2>&1 | quiet | tail -3
+  timed timeout 300 python3 notes/seesaw_probe.py speed --variant "$v" $narrow --impl flash_mla \
+    --out "$OUT/variant.json" 2>&1 | quiet | tee "$OUT/variant.log" | tail -40
   ;;
 speed)
   timed timeout 500 python3 notes/seesaw_probe.py speed ${SPEED_ARGS:-} --out "$OUT/speed.json" 2>&1 | quiet \

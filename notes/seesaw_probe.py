@@ -3,6 +3,8 @@
     python notes/seesaw_probe.py compile --jobs 15   # the GPU tests' seesaw shapes into TileLang's disk cache
     python notes/seesaw_probe.py speed [--dtype D] [--heads H] [--impl I] [--out FILE]
                                        # the full grid: seesaw beside tilelang-hopper and FlashMLA
+    ... compile|speed --variant notes/seesaw_variants/X.diff
+                                       # also the seesaw with that patch applied: an A/B in one process
 
 `speed` is a quick A/B while tuning; the README's table comes from `mlagate bench`. Both time with the
 project's one clock (mlagate.measure.timer.time_gpu, perf.yml's `record` budget). Correctness and the 20
@@ -27,13 +29,40 @@ def shapes(edges=True, dtypes=DTYPES):
     return [m.Shape(batch=b, seqlen=s, heads=h, dtype=d) for (b, s, h) in points for d in dtypes]
 
 
-def build(shape):
+def build(shape, variant=None):
+    """The committed seesaw for ``shape``, or with the ``variant`` patch applied."""
     from mlagate.kernels import mla_decode as m
 
-    return m.CompiledDecode(shape, m.SEESAW, "sm_90", 132)
+    if variant is None:
+        return m.CompiledDecode(shape, m.SEESAW, "sm_90", 132)
+    committed = m.schedule_module("seesaw")
+    m.schedule_modules["seesaw"] = variant_module(variant)  # the dense file builds the seesaw with this module
+    try:
+        return m.CompiledDecode(shape, m.SEESAW, "sm_90", 132)
+    finally:
+        m.schedule_modules["seesaw"] = committed
 
 
-def speed(dtypes, heads, others, out_path):
+def variant_module(patch):
+    """kernels/mla_decode_seesaw.py with ``patch`` applied (`git apply` on a temporary copy), imported once."""
+    import importlib.util
+    import shutil
+    import subprocess
+    import tempfile
+
+    name = f"seesaw_variant_{Path(patch).stem}"
+    if name not in sys.modules:
+        root, tmp = Path(__file__).resolve().parent.parent, Path(tempfile.mkdtemp(prefix="seesaw-variant-"))
+        (tmp / "kernels").mkdir()
+        shutil.copy(root / "kernels" / "mla_decode_seesaw.py", tmp / "kernels")
+        subprocess.run(["git", "apply", str(Path(patch).resolve())], cwd=tmp, check=True)
+        spec = importlib.util.spec_from_file_location(name, tmp / "kernels" / "mla_decode_seesaw.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+def speed(dtypes, heads, others, out_path, variant=None):
     import json
 
     import torch
@@ -54,6 +83,9 @@ def speed(dtypes, heads, others, out_path):
         out = torch.empty_like(q)
         lse = torch.empty(shape.batch, shape.heads, device=q.device, dtype=torch.float32)
         fns = {"seesaw": lambda: kernel(*inputs, out, lse)[0]}
+        if variant:
+            changed, out_v = build(shape, variant), torch.empty_like(q)
+            fns["variant"] = lambda: changed(*inputs, out_v, lse)[0]
         for impl in others:
             try:
                 fns[impl] = impls.prepare(impl, inputs, q.device)
@@ -69,15 +101,17 @@ def speed(dtypes, heads, others, out_path):
         ratio = row["seesaw"] / row["flash_mla"] if "flash_mla" in row else float("nan")
         print(f"b={shape.batch:4d} s={shape.seqlen:6d} h={shape.heads:4d} {shape.dtype:9s} split {row['splits']:2d}  "
               f"seesaw {row['seesaw']:6.1f}  hopper {row.get('tilelang-hopper', 0):6.1f}  "
-              f"flash_mla {row.get('flash_mla', 0):6.1f}  seesaw/flash_mla {ratio:.3f}", flush=True)
+              f"flash_mla {row.get('flash_mla', 0):6.1f}  seesaw/flash_mla {ratio:.3f}"
+              + (f"  variant {row['variant']:6.1f} ({row['variant'] / row['seesaw'] - 1:+.1%}, equal outputs: "
+                 f"{bool(torch.equal(out, out_v))})" if variant else ""), flush=True)
     if out_path:
         with open(out_path, "w") as f:
             json.dump(rows, f, indent=1)
     return 0
 
 
-def build_quietly(shape):
-    build(shape)
+def build_quietly(job):
+    build(*job)
 
 
 def main():
@@ -85,22 +119,27 @@ def main():
     parser.add_argument("step", choices=("compile", "speed"))
     parser.add_argument("--jobs", type=int, default=15)
     parser.add_argument("--dtype", action="append")
-    parser.add_argument("--heads", type=int, action="append", help="speed: these heads only")
+    parser.add_argument("--heads", type=int, action="append", help="these heads only")
     parser.add_argument("--impl", action="append", help="speed: implementations beside seesaw "
                         "(default tilelang-hopper and flash_mla)")
     parser.add_argument("--out")
+    parser.add_argument("--variant", help="a patch of kernels/mla_decode_seesaw.py: built and timed beside it")
     args = parser.parse_args()
     if args.step == "compile":
         from mlagate.measure.precompile import in_processes
 
-        todo, failed = shapes(), 0
+        variants = (None, args.variant) if args.variant else (None,)
+        todo = [(shape, v) for shape in shapes(dtypes=tuple(args.dtype or DTYPES))
+                if not args.heads or shape.heads in args.heads for v in variants]
+        failed = 0
         for shape, outcome in in_processes(build_quietly, todo, args.jobs):
             if isinstance(outcome, Exception):
                 failed += 1
                 print(f"failed: {shape}: {type(outcome).__name__}: {str(outcome)[-400:]}", flush=True)
         print(f"compiled {len(todo) - failed} of {len(todo)} seesaw kernels")
         return 1 if failed else 0
-    return speed(tuple(args.dtype or DTYPES), args.heads, args.impl or ("tilelang-hopper", "flash_mla"), args.out)
+    return speed(tuple(args.dtype or DTYPES), args.heads, args.impl or ("tilelang-hopper", "flash_mla"), args.out,
+                 args.variant)
 
 
 if __name__ == "__main__":
