@@ -312,10 +312,11 @@ SCHEDULE_MODULES = {"seesaw": "mla_decode_seesaw"}
 schedule_modules = {}
 
 
-def paged_family(name: str) -> str:
-    """The config family a paged batch of family ``name`` runs: the paged kernel has the pipelined schedule only,
-    so a seesaw batch runs the hopper family's, as a seesaw cache of one tile or less does (plan)."""
-    return name if CONFIGS[name].schedule == "pipelined" else HOPPER.name
+def paged_config(config: TileConfig, family_config) -> TileConfig:
+    """The config a paged batch runs, given ``config``, the one the dense kernel runs at the batch's mean length:
+    the paged kernel has the pipelined schedule only, so for the seesaw it is the hopper family's, as
+    ``family_config(name)`` gives it for the shape (its tuned table's entry, else its default)."""
+    return config if config.schedule == "pipelined" else family_config(HOPPER.name)
 
 
 def schedule_module(schedule: str):

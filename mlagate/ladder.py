@@ -1,8 +1,7 @@
 """`mlagate ladder`'s pipeline: qualify a runner by gating known slowdowns. Not on the pull-request path.
 
-The slowdown is a spin of GPU clock cycles at the start of every block of the gated TileLang kernel, inside the
-kernel (the file of each gated schedule, kernels/mla_decode.py or kernels/mla_decode_seesaw.py, with a block
-appended: mlagate/decide/ladder.py). Calibration first, once per
+The slowdown is a spin of GPU clock cycles at the start of every block of the gated TileLang kernel, inside it
+(each gated schedule's kernel file with a block appended: mlagate/decide/ladder.py). Calibration first, once per
 ladder on the GPU: for each case, the base commit's kernel against a probe commit's (the same kernel with a
 spin of about 8% of the case's time), alternated; from those medians the cycles that add each step's x%.
 Then one throw-away commit per step on top of base (a comment for 0%, the spin for the others), each measured
@@ -82,9 +81,13 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
         raise ValueError(f"--impls: unknown implementation {unknown[0]!r}; perf.yml has "
                          f"{', '.join(cfg.implementations)}")
     gated = [i for i in names if i.startswith(TILELANG_PREFIX) and i in cfg.gate.gated]
-    files = sorted({ladder.SCHEDULE_FILES[mla_decode.CONFIGS[i.removeprefix(TILELANG_PREFIX)].schedule] for i in gated})
-    # the dense grid's: the step's delay is patched into the dense kernel
+    configs = {i: mla_decode.CONFIGS[i.removeprefix(TILELANG_PREFIX)] for i in gated}
+    files = sorted({ladder.SCHEDULES[c.schedule][0] for c in configs.values()})
+    # the dense grid's: each gated schedule's file gets the step's delay, and the paged kernel is not spun
     cases = tuple(c for c in cfg.cases(grid, gated, here) if not c.paged) if gated else ()
+    for c in (c for c in cases if configs[c.impl].schedule == "seesaw" and c.seqlen <= configs[c.impl].block_N // 2):
+        raise ValueError(f"--grid {grid}: {c.label()} runs the pipelined kernel (mla_decode.plan: a cache of one "
+                         "tile or less), which the seesaw's spin does not reach")
     if not cases:
         raise ValueError(f"--impls: no case of a gated TileLang config ({', '.join(cfg.gate.gated)}) among "
                          f"{', '.join(names)} in the {grid} grid on {here}")

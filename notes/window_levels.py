@@ -1,6 +1,6 @@
 """The two speed levels of the 88 µs case (issue 15, H200, 2026-12-01): what moves with them?
 
-tilelang-hopper b64 s4096 h16 (and FlashMLA at the same point) run at two levels ~2.8% (~1.5%) apart, each
+tilelang-hopper b64 s4096 h16 (and FlashMLA at the same point) run at two levels ~2.9% (~1.5%) apart, each
 lasting ~0.5-1 s, with the SM clock reading 1980 MHz throughout (docs/measurements.md). Two views:
   windows: 5 timings of 20 windows each (50 ms warm-up), every window's median, power and SM clock: how long a
            level lasts, and whether the power moves with it (window_levels.log has the medians only: the first run)

@@ -29,8 +29,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def kernel_commits(tmp_path):
-    """A git repository of today's kernels/ files: ``commit({"mla_decode.py": "base"})`` commits them, each file
-    named there with ``MARK = "base"`` appended, and returns the commit's hash."""
+    """A git repository of today's kernels/ files and tuned tables: ``commit({"mla_decode.py": "base"})`` commits
+    them, each file named there with ``MARK = "base"`` appended (and ``appended``'s text to the files it names),
+    and returns the commit's hash."""
     import subprocess
 
     from mlagate import gitops
@@ -41,10 +42,14 @@ def kernel_commits(tmp_path):
     git("init", "-q")
     (tmp_path / "kernels").mkdir()
 
-    def commit(marks: dict) -> str:
+    def commit(marks: dict, appended: dict | None = None) -> str:
         for source in (gitops.REPO / "kernels").glob("*.py"):
             mark = f"\nMARK = {marks[source.name]!r}\n" if source.name in marks else ""
-            (tmp_path / "kernels" / source.name).write_text(source.read_text() + mark)
+            (tmp_path / "kernels" / source.name).write_text(source.read_text() + mark
+                                                             + (appended or {}).get(source.name, ""))
+        (tmp_path / "kernels" / "tuned").mkdir(exist_ok=True)
+        for table in (gitops.REPO / "kernels" / "tuned").glob("*.yaml"):  # the tuned tables, as committed
+            (tmp_path / "kernels" / "tuned" / table.name).write_text(table.read_text())
         git("add", "-A")
         git("-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false", "commit", "-qm",
             ", ".join(marks.values()) or "no mark")

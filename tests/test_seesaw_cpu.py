@@ -76,7 +76,7 @@ def test_a_paged_batch_of_the_seesaw_runs_the_hopper_familys_paged_kernel(monkey
                         torch.full((2,), 100, dtype=torch.int32))
     impls.prepare("tilelang-seesaw", paged, "cpu")
     mean = shape.at_mean_length([100, 100])
-    assert m.paged_family("seesaw") == "hopper" and m.paged_family("cdna3") == "cdna3"
+    assert m.paged_config(m.CDNA3, None) is m.CDNA3
     assert compiled == [(shape, impls.tilelang_config("tilelang-hopper", mean, "sm_90"), "cpu", [100, 100])]
 
 
@@ -200,6 +200,48 @@ def test_the_ladders_patched_seesaw_lowers_with_its_spin_and_other_shapes_unchan
 def test_the_ladder_has_a_patch_for_every_schedule():
     from mlagate.decide import ladder
 
-    assert set(ladder.SCHEDULE_FILES) == set(m.SCHEDULES)
-    assert {f"kernels/{stem}.py" for stem in m.SCHEDULE_MODULES.values()} | {ladder.DENSE_FILE} == \
-        set(ladder.SCHEDULE_FILES.values()) == set(ladder.PATCHED_FILES)
+    assert set(ladder.SCHEDULES) == set(m.SCHEDULES)
+    for schedule, (path, _) in ladder.SCHEDULES.items():
+        assert path == (ladder.DENSE_FILE if schedule == "pipelined" else f"kernels/{m.SCHEDULE_MODULES[schedule]}.py")
+
+
+def test_a_commit_whose_seesaw_does_not_load_is_not_cached_half_loaded(kernel_commits):
+    """A commit whose seesaw file fails to import fails each re-measure alike: its dense module is not kept
+    without a seesaw of its own (the next call would build today's)."""
+    from mlagate.measure import interleaved
+
+    broken = kernel_commits({}, {"mla_decode_seesaw.py": "\nraise ImportError('broken at this commit')\n"})
+    for _ in range(2):
+        with pytest.raises(ImportError, match="broken at this commit"):
+            interleaved.kernel_module_at(kernel_commits.repo, broken)
+
+
+def test_the_re_measure_runs_a_paged_seesaw_case_with_the_commits_hopper_config(kernel_commits):
+    """The paged fallback as the re-measure reads a commit: the hopper family's entry of that commit's tuned table
+    (its quick-grid shapes are tuned: threads and policy differ from HOPPER's), as impls.paged_config does today."""
+    from mlagate.case import Case
+    from mlagate.measure import impls, interleaved
+
+    commit = kernel_commits({"mla_decode.py": "head"})
+    module = interleaved.kernel_module_at(kernel_commits.repo, commit)
+    case = Case("tilelang-seesaw", 64, 4096, "float16", 16, "uniform-paged@x", page_size=64, lengths=(4096,) * 64)
+    config = interleaved.case_config_at(kernel_commits.repo, commit, module, case, "sm_90")
+    today = impls.paged_config("tilelang-seesaw", m.Shape(batch=64, seqlen=4096, heads=16), "sm_90")
+    assert (config.name, config.schedule) == ("hopper", "pipelined") and config != module.HOPPER
+    assert dataclasses.asdict(config) == dataclasses.asdict(today)
+    dense = dataclasses.replace(case, workload="dense", lengths=())
+    assert interleaved.case_config_at(kernel_commits.repo, commit, module, dense, "sm_90").schedule == "seesaw"
+
+
+def test_a_ladder_over_a_seesaw_cache_of_one_tile_is_refused_naming_the_grid(tmp_path):
+    """There mla_decode.plan runs the pipelined kernel, which the seesaw file's spin never reaches: calibration
+    would only fail later on the GPU ("added no time")."""
+    from mlagate import ladder
+
+    cfg = config.load()
+    grid = dataclasses.replace(cfg.grid, sizes={**cfg.grid.sizes, "tiny": ((64,), (64,), (16,))},
+                               workloads={**cfg.grid.workloads, "tiny": ()})
+    gated = dataclasses.replace(cfg, grid=grid, gate=dataclasses.replace(cfg.gate, gated=("tilelang-seesaw",)))
+    with pytest.raises(ValueError, match=r"^--grid tiny: tilelang-seesaw h=16 b=64 s=64 float16 runs the pipelined"):
+        ladder.plan(gated, base_rev="HEAD", grid="tiny", impls="tilelang-seesaw,flash_mla", out=str(tmp_path / "o"))
+    assert not (tmp_path / "o").exists()

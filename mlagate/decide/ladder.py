@@ -13,15 +13,15 @@ DEFAULT_STEPS = (0.0, 1.0, 2.0, 3.0, 5.0, 8.0)  # percent of each case's own tim
 MAX_STEP = 50.0
 TOLERANCE_PP = 0.5  # where a qualified runner's measured change must land around the injected one
 PATCH_MARK = "# mlagate ladder"
-# The kernel files a step patches, each with the arguments of the attend macro its attend_macro returns (the
-# pipelined kernel's since bd0bbdf, the seesaw's since SEESAW_ATTEND_ARGS): the step's block wraps it with a
-# macro of the same arguments. The dense file is always there; the seesaw's only in commits that have it.
+# Per schedule: the kernel file whose attend_macro builds its kernels, and the arguments of the attend macro that
+# returns (the pipelined kernel's since bd0bbdf, the seesaw's since 866f22e); the step's block wraps it with a
+# macro of the same arguments.
 DENSE_FILE = "kernels/mla_decode.py"
 SEESAW_FILE = "kernels/mla_decode_seesaw.py"
 ATTEND_ARGS = "Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max"
 SEESAW_ATTEND_ARGS = "Q, Q_pe, KV, K_pe, bx, by, bz, first_token, n_pairs, out, lse_out"
-PATCHED_FILES = {DENSE_FILE: ATTEND_ARGS, SEESAW_FILE: SEESAW_ATTEND_ARGS}
-SCHEDULE_FILES = {"pipelined": DENSE_FILE, "seesaw": SEESAW_FILE}  # whose attend_macro builds each schedule's kernel
+SCHEDULES = {"pipelined": (DENSE_FILE, ATTEND_ARGS), "seesaw": (SEESAW_FILE, SEESAW_ATTEND_ARGS)}
+PATCHED_FILES = dict(SCHEDULES.values())  # {file: attend arguments}
 
 
 def parse_steps(text: str) -> tuple:

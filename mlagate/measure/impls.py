@@ -85,12 +85,9 @@ def tilelang_config(impl: str, shape, arch: str):
 
 
 def paged_config(impl: str, mean_shape, arch: str):
-    """The config a paged batch of ``impl`` runs: the one the dense kernel runs at the batch's mean length, or where
-    that is not the paged kernel's pipelined schedule, its fallback family's (mla_decode.paged_family)."""
-    config = tilelang_config(impl, mean_shape, arch)
-    if config.schedule != "pipelined":
-        config = tilelang_config(TILELANG_PREFIX + mla_decode.paged_family(config.name), mean_shape, arch)
-    return config
+    """The config a paged batch of ``impl`` runs (mla_decode.paged_config), from the committed table."""
+    return mla_decode.paged_config(tilelang_config(impl, mean_shape, arch),
+                                   lambda family: tilelang_config(TILELANG_PREFIX + family, mean_shape, arch))
 
 
 def _tilelang(impl, inputs, device):

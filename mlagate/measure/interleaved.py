@@ -50,13 +50,17 @@ def kernel_module_at(repo, commit, path=KERNEL_FILE):
     sys.modules[name] = module  # dataclasses look their module up while the file executes
     package, today = sys.modules["mlagate.kernels"], mla_decode
     try:
-        if dense is not None:  # `from mlagate.kernels import mla_decode` reads both of these
-            sys.modules["mlagate.kernels.mla_decode"] = package.mla_decode = dense
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules["mlagate.kernels.mla_decode"] = package.mla_decode = today
-    for schedule, stem in getattr(module, "SCHEDULE_MODULES", {}).items():  # the dense file's other schedules
-        module.schedule_modules[schedule] = kernel_module_at(repo, commit, f"kernels/{stem}.py")
+        try:
+            if dense is not None:  # `from mlagate.kernels import mla_decode` reads both of these
+                sys.modules["mlagate.kernels.mla_decode"] = package.mla_decode = dense
+            spec.loader.exec_module(module)
+        finally:
+            sys.modules["mlagate.kernels.mla_decode"] = package.mla_decode = today
+        for schedule, stem in getattr(module, "SCHEDULE_MODULES", {}).items():  # the dense file's other schedules
+            module.schedule_modules[schedule] = kernel_module_at(repo, commit, f"kernels/{stem}.py")
+    except BaseException:  # half a module (no seesaw of its own) must not be found by the next call
+        sys.modules.pop(name, None)
+        raise
     return module
 
 
@@ -89,19 +93,26 @@ def config_at(repo, commit, module, family: str, shape, arch: str):
     return default.with_(**{f: getattr(entry.config, f) for f in tuned.TUNABLE}) if entry else default
 
 
+def case_config_at(repo, commit, module, case: Case, arch: str):
+    """The tile config ``commit`` (``module``: its kernel file) runs ``case`` with: its family's at the case's
+    (mean) length, and for a paged batch the paged kernel's for that, by the commit's own rule and table."""
+    shape = module.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
+    config = config_at(repo, commit, module, case.impl[len(TILELANG_PREFIX):], shape, arch)
+    if case.paged and config.schedule != "pipelined":
+        if not hasattr(module, "paged_config"):
+            raise ConfirmError(f"{case.label()}: {KERNEL_FILE} at {commit[:12]} has no paged kernel for the "
+                               f"{config.schedule} schedule")
+        config = module.paged_config(config, lambda family: config_at(repo, commit, module, family, shape, arch))
+    check_buildable(module, config, commit)
+    return config
+
+
 def launch_at(repo, commit, case: Case, inputs: Inputs):
     """The checked launch of ``case``'s TileLang kernel as ``commit`` has it: kernel file and tuned table."""
     module = kernel_module_at(repo, commit)
     q = inputs.tensors[0]
     shape = module.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
-    config = config_at(repo, commit, module, case.impl[len(TILELANG_PREFIX):], shape, mla_decode.device_arch(q.device))
-    if case.paged and config.schedule != "pipelined":  # the paged kernel's fallback family, as impls.paged_config
-        if not hasattr(module, "paged_family"):
-            raise ConfirmError(f"{case.label()}: {KERNEL_FILE} at {commit[:12]} has no paged kernel for the "
-                               f"{config.schedule} schedule")
-        config = config_at(repo, commit, module, module.paged_family(config.name), shape,
-                           mla_decode.device_arch(q.device))
-    check_buildable(module, config, commit)
+    config = case_config_at(repo, commit, module, case, mla_decode.device_arch(q.device))
     if case.paged:  # the config the dense kernel runs at the batch's mean length, as impls does
         paged = kernel_module_at(repo, commit, PAGED_KERNEL_FILE)
         kernel = paged.compiled(paged.check_paged_inputs(*inputs.tensors), config, lengths=case.lengths)
