@@ -177,6 +177,13 @@ def threads_for(config: TileConfig, block_H: int, arch: str) -> int:
     return min(config.threads, max(1, block_H // ROWS_PER_WARP) * warp)
 
 
+def kernel_config(shape: Shape, config: TileConfig) -> TileConfig:
+    """The config whose kernel ``shape`` runs under ``config``: a seesaw cache of one tile or less runs HOPPER.
+    A cache shorter than a tile cannot be a TMA box, and at one tile TileLang folds the second warpgroup's
+    all-masked tile away with its softmax: one short launch either way."""
+    return HOPPER if config.schedule == "seesaw" and shape.seqlen <= config.block_N // 2 else config
+
+
 def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = None) -> Plan:
     """What one launch does on ``arch``; ``sm_count`` defaults to the arch's known count."""
     shape.check()
@@ -187,10 +194,7 @@ def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = Non
         # its P1 tile reuses Q_pe's 64 columns, and each warpgroup's 256 latent columns are 4 TMA boxes of 64
         raise ValueError(f"config {config.name}: the seesaw schedule is built for dim 512 + pe_dim 64 (DeepSeek's), "
                          f"got {shape.dim} + {shape.pe_dim}")
-    if config.schedule == "seesaw" and shape.seqlen <= config.block_N // 2:
-        # A cache shorter than a tile cannot be a TMA box, and at one tile TileLang folds the second
-        # warpgroup's all-masked tile away with its softmax: one short launch either way.
-        config = HOPPER
+    config = kernel_config(shape, config)
     block_H = min(config.block_H, shape.heads)
     if shape.heads % block_H:
         raise ValueError(f"heads ({shape.heads}) must be a multiple of the head block "

@@ -82,12 +82,13 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
                          f"{', '.join(cfg.implementations)}")
     gated = [i for i in names if i.startswith(TILELANG_PREFIX) and i in cfg.gate.gated]
     configs = {i: mla_decode.CONFIGS[i.removeprefix(TILELANG_PREFIX)] for i in gated}
-    files = sorted({ladder.SCHEDULES[c.schedule][0] for c in configs.values()})
+    files = tuple(sorted({ladder.SCHEDULES[c.schedule][0] for c in configs.values()}))
     # the dense grid's: each gated schedule's file gets the step's delay, and the paged kernel is not spun
     cases = tuple(c for c in cfg.cases(grid, gated, here) if not c.paged) if gated else ()
-    for c in (c for c in cases if configs[c.impl].schedule == "seesaw" and c.seqlen <= configs[c.impl].block_N // 2):
-        raise ValueError(f"--grid {grid}: {c.label()} runs the pipelined kernel (mla_decode.plan: a cache of one "
-                         "tile or less), which the seesaw's spin does not reach")
+    other = [c for c in cases if mla_decode.kernel_config(mla_decode.Shape(c.batch, c.seqlen, c.heads, c.dtype),
+                                                          configs[c.impl]).schedule != configs[c.impl].schedule]
+    if other:  # the step's spin goes into the file of the config's own schedule, not the one that runs there
+        raise ValueError(f"--grid {grid}: {other[0].label()} runs another schedule's kernel, which its spin misses")
     if not cases:
         raise ValueError(f"--impls: no case of a gated TileLang config ({', '.join(cfg.gate.gated)}) among "
                          f"{', '.join(names)} in the {grid} grid on {here}")
@@ -100,8 +101,7 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
         why = ladder.unpatchable(source, path)
         if why:  # a base older than the ladder's kernel: refused here, not at a step commit's import on the GPU
             raise ValueError(f"--base {base_rev!r}: its {path} {why}, so no step can be patched into it")
-    checked = Plan(base, steps, reps, grid, tuple(names), machine or _platform.node(), Path(out), cases,
-                   tuple(files))
+    checked = Plan(base, steps, reps, grid, tuple(names), machine or _platform.node(), Path(out), cases, files)
     saved = read_calibration(checked.out)
     differ = ladder.mismatch(saved, checked.identity()) if saved is not None else []
     if differ:
