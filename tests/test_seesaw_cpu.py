@@ -245,3 +245,20 @@ def test_a_ladder_over_a_seesaw_cache_of_one_tile_is_refused_naming_the_grid(tmp
     with pytest.raises(ValueError, match=r"^--grid tiny: tilelang-seesaw h=16 b=64 s=64 float16 runs another schedule's kernel"):
         ladder.plan(gated, base_rev="HEAD", grid="tiny", impls="tilelang-seesaw,flash_mla", out=str(tmp_path / "o"))
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("removed, workload, message", [
+    ("SCHEDULE_MODULES", "dense", "builds the seesaw schedule from whatever module is installed"),
+    ("paged_config", "uniform-paged@x", "has no paged kernel for the seesaw schedule")])
+def test_the_re_measure_refuses_a_commit_that_cannot_build_its_own_seesaw_case(kernel_commits, removed, workload,
+                                                                               message):
+    """case_config_at's guards, on a commit whose kernel file lacks what they look for (as older commits do)."""
+    from mlagate.case import Case
+    from mlagate.measure import interleaved
+
+    commit = kernel_commits({}, {"mla_decode.py": f"\ndel {removed}\n"})
+    module = interleaved.kernel_module_at(kernel_commits.repo, commit)
+    lengths = (4096,) * 64 if workload != "dense" else ()
+    case = Case("tilelang-seesaw", 64, 4096, "float16", 16, workload, page_size=64, lengths=lengths)
+    with pytest.raises(interleaved.ConfirmError, match=message):
+        interleaved.case_config_at(kernel_commits.repo, commit, module, case, "sm_90")
