@@ -14,6 +14,7 @@ import dataclasses
 import importlib
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import tilelang
 import tilelang.language as T
@@ -327,6 +328,12 @@ def schedule_module(schedule: str):
     if schedule not in schedule_modules:
         schedule_modules[schedule] = importlib.import_module(f"mlagate.kernels.{SCHEDULE_MODULES[schedule]}")
     return schedule_modules[schedule]
+
+
+def kernel_source(config: TileConfig) -> bytes:
+    """The source files ``config``'s kernel is built from: this file, and its schedule's module if it has one."""
+    files = [__file__] + ([schedule_module(config.schedule).__file__] if config.schedule in SCHEDULE_MODULES else [])
+    return b"".join(Path(f).read_bytes() for f in files)
 
 
 def program(p: Plan):

@@ -89,7 +89,7 @@ def plan(cfg: Config, *, grid_name="quick", family=None, out="out/tune", jobs=1,
                    for d in cfg.platform("rocm" if kind == "hip" else kind).dtypes
                    for h in heads for b in batches for s in seqlens)
     folder = Path(out) / spec.arch / family / grid_name
-    kernel = Path(mla_decode.__file__).read_bytes()
+    kernel = mla_decode.kernel_source(default)
     identity = json.loads(json.dumps({  # as tune.json reads back (tuples as lists)
         "family": family, "arch": spec.arch, "grid": grid_name, "default": asdict(default),
         "kernel_sha256": hashlib.sha256(kernel).hexdigest(), "tilelang": tilelang.__version__, "gpu": gpu_name(gpus),

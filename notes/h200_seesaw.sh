@@ -2,7 +2,7 @@
 # H200 steps of 2026-12-01 (issue 16: the seesaw kernel). After `notes/h200_heads.sh unpack1` (carry .gpu/p1):
 #   step tests : core packages (carry .gpu/p2); the GPU tests' seesaw kernels and the full grid's hopper kernels
 #                (fp16, bf16) precompiled; the GPU test suite
-#   step bench : `mlagate bench` over the full grid, fp16 and bf16: tilelang-seesaw, tilelang-hopper, FlashMLA
+#   step bench : both configs' kernels precompiled (the tree's seesaw may be new), then `mlagate bench` over the full grid, fp16 and bf16: tilelang-seesaw, tilelang-hopper, FlashMLA
 #   step speed : notes/seesaw_probe.py speed (a quick A/B; SPEED_ARGS narrows it, e.g. "--heads 128")
 #   step variant : the seesaw with VARIANT (a patch, default notes/seesaw_variants/prefetch.diff) compiled and
 #                timed beside the committed one and FlashMLA, 128 heads (VARIANT_ARGS overrides the narrowing)
@@ -21,6 +21,8 @@ tests)
     | tee "$OUT/pytest_gpu.log" | tail -15
   ;;
 bench)
+  timed timeout 200 python3 notes/precompile.py --grid full --config seesaw --config hopper --dtype float16 \
+    --dtype bfloat16 --jobs 15 2>&1 | quiet | tail -2
   timed timeout 290 python3 -m mlagate.cli bench --grid full --dtype float16 --dtype bfloat16 \
     --impl tilelang-seesaw --impl tilelang-hopper --impl flash_mla --out "$OUT/bench_seesaw.json" 2>&1 | quiet \
     | tee "$OUT/bench.log" | tail -100

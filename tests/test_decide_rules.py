@@ -42,6 +42,7 @@ def make_cfg(threshold=0.025, screen=0.0125, alpha=0.01, min_samples=20, floor=0
     raw = copy.deepcopy(RAW)
     g = raw["gate"]
     g["gated"] = ["tilelang-hopper", "tilelang-cdna3"]
+    raw["platforms"]["cuda"]["tilelang"] = "tilelang-hopper"
     g["latency"].update(threshold=threshold, screen=screen, alpha=alpha, min_samples=min_samples)
     raw["timing"].update(min_samples=max(min_samples, raw["timing"]["min_samples"]),
                          samples_per_window=max(min_samples, raw["timing"]["samples_per_window"]))
@@ -643,7 +644,7 @@ def test_screen_may_equal_threshold():
     ("platforms__rocm__dtypes", ["float8"], r"^platforms.rocm.dtypes: 'float8' is not one of float16, bfloat16$"),
     ("platforms__cuda__vendor_heads", [24], r"^platforms.cuda.vendor_heads: 24 is not one of 16, 32, 64, 128$"),
     ("implementations", ["tilelang-cdna3", "flash_mla", "aiter", "torch"],
-     r"^platforms.cuda.tilelang: 'tilelang-hopper' is not in implementations$"),
+     r"^platforms.cuda.tilelang: 'tilelang-seesaw' is not in implementations$"),
     ("gate__latency", 5, r"^gate.latency: must be a mapping, got int$"),
     ("grid", None, r"^grid: must be a mapping, got NoneType$"),
     ("gate__latency__treshold", 0.1, r"^gate.latency.treshold: unknown key \(allowed: threshold, screen, alpha, "

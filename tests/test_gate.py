@@ -7,6 +7,7 @@ import pytest
 
 import gate_fixtures as fx
 from mlagate import cli, config
+from mlagate.cli.demo import as_recorded
 from mlagate.decide.verdict import Kind, Outcome, Status, evaluate
 from mlagate.report.text import annotations, gate_markdown
 from mlagate.store.results import Store
@@ -148,9 +149,9 @@ def test_results_without_samples_are_an_error(root):
 def test_drift_against_recent_main_results_warns(root):
     store = Store(root)
     base, head = store.load(fx.MACHINE, fx.BASE), store.load(fx.MACHINE, fx.SLOW)
-    verdict = evaluate(base, base, config.load(), "cuda", history=[base, base, head])
+    verdict = evaluate(base, base, as_recorded(config.load()), "cuda", history=[base, base, head])
     assert verdict.outcome == Outcome.PASS and not any(c.drift for c in verdict.cases)
-    verdict = evaluate(head, head, config.load(), "cuda", history=[base, base, head])
+    verdict = evaluate(head, head, as_recorded(config.load()), "cuda", history=[base, base, head])
     drifting = [c for c in verdict.cases if Kind.DRIFT in [w.kind for w in c.warnings]]
     assert drifting and all(c.drift.kind is Kind.DRIFT for c in drifting)
     warnings = [a for a in annotations(verdict) if a.startswith("::warning")]
@@ -226,9 +227,7 @@ def test_cli_bad_config_names_the_key(root, tmp_path, capsys):
 
 
 def _raw_config():
-    import yaml
-
-    return yaml.safe_load(config.DEFAULT_PATH.read_text())
+    return fx.recorded_raw()
 
 
 def test_a_head_count_the_vendor_lacks_is_gated_on_latency_alone(root):

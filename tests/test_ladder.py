@@ -229,6 +229,11 @@ def sh(repo, *args) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
 
 
+# The test repository holds the pipelined kernel only; the ladder's default, the platform's gated config, is the
+# seesaw (tests/test_seesaw_cpu.py runs the ladder's seesaw path).
+PIPELINED = ("--impls", "tilelang-hopper,flash_mla")
+
+
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
@@ -352,7 +357,7 @@ def gpu(repo, clock, monkeypatch):
 def test_the_ladder_calibrates_commits_records_gates_and_tabulates(gpu, repo, tmp_path, capsys):
     out = tmp_path / "out"
     base = gitops.resolve("HEAD")
-    assert cli.main(["ladder", "--base", "HEAD", "--reps", "2", "--out", str(out), "--machine", "m"]) == 0
+    assert cli.main(["ladder", "--base", "HEAD", "--reps", "2", "--out", str(out), "--machine", "m", *PIPELINED]) == 0
     doc = json.loads((out / "ladder.json").read_text())
     assert (out / "ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
@@ -391,7 +396,8 @@ def test_the_ladder_calibrates_commits_records_gates_and_tabulates(gpu, repo, tm
 
 def test_a_killed_ladder_resumes_without_redoing_finished_steps(gpu, repo, tmp_path):
     out = tmp_path / "out"
-    args = ["ladder", "--base", "HEAD", "--reps", "2", "--steps", "0,3,5", "--out", str(out), "--machine", "m"]
+    args = ["ladder", "--base", "HEAD", "--reps", "2", "--steps", "0,3,5", "--out", str(out), "--machine", "m",
+            *PIPELINED]
     gpu.fail_gate_at = ("rep2", "step 3%")
     assert cli.main(args) == 2  # the gate of rep 2, step 3 dies: exit 2; rep 1 and rep 2's step 0 are kept
     assert sorted(p.name for p in (out / "rep2").glob("step*.json")) == ["step0.json"]
@@ -431,7 +437,7 @@ def test_a_base_whose_kernel_the_step_cannot_wrap_is_refused_before_anything(gpu
     sh(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false", "commit", "-qam",
        "an old kernel")
     out = tmp_path / "out"
-    assert cli.main(["ladder", "--base", "HEAD", "--out", str(out)]) == 2
+    assert cli.main(["ladder", "--base", "HEAD", "--out", str(out), *PIPELINED]) == 2
     err = capsys.readouterr().err
     assert "--base" in err and why in err
     assert not out.exists() and gpu.records == [] and gpu.alternates == []
@@ -443,7 +449,7 @@ def test_no_gpu_exits_2_and_writes_nothing(gpu, tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(record, "gpu_available", lambda: False)
     out = tmp_path / "out"
-    assert cli.main(["ladder", "--base", "HEAD", "--out", str(out)]) == 2
+    assert cli.main(["ladder", "--base", "HEAD", "--out", str(out), *PIPELINED]) == 2
     assert "no GPU" in capsys.readouterr().err and not out.exists() and gpu.alternates == []
 
 
@@ -456,7 +462,7 @@ def test_an_out_folder_of_another_ladder_is_refused(gpu, repo, tmp_path, capsys,
                 "cases": [list(c.key) for c in CASES], "steps": [0, 1, 2, 3, 5, 8]}
     (out / "calibration.json").write_text(json.dumps({"version": pipeline.CALIBRATION_VERSION, **identity,
                                                       "run_id": "x", **saved}))
-    assert cli.main(["ladder", "--base", "HEAD", "--out", str(out), "--machine", "m"]) == 2
+    assert cli.main(["ladder", "--base", "HEAD", "--out", str(out), "--machine", "m", *PIPELINED]) == 2
     assert "--out" in capsys.readouterr().err and [p.name for p in out.iterdir()] == ["calibration.json"]
     assert gpu.alternates == []
 

@@ -2,10 +2,12 @@
 
 Replays a pair the repository keeps (tests/fixtures/h200/results, quick grid, recorded on an NVIDIA
 H200 on 2026-11-29: a base, and a head that forces 4 KV splits in the hopper config) through the same
-gate and report code a GPU host runs. Nothing is measured here; every page says which GPU measured
+gate and report code a GPU host runs, with perf.yml as it then was for CUDA (tilelang-hopper's vendor
+ratios; the seesaw, gated since, is not in them). Nothing is measured here; every page says which GPU measured
 what, and when.
 """
 
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,6 +20,13 @@ HISTORY = ROOT / "tests" / "fixtures" / "h200" / "results"
 MACHINE = "h200"
 BASE = "b292e89299146d730f39171c242883358dbebc06"  # recorded 2026-11-29T10:47Z
 HEAD = "22e8a671f5b457b3f9725be37186cfdd3af3605a"  # the hopper config forced to 4 KV splits, 10:48Z
+RECORDED_WITH = "tilelang-hopper"  # the CUDA platform's TileLang config (its vendor ratio) when they were recorded
+
+
+def as_recorded(cfg):
+    """``cfg`` as the kept history was gated: its vendor ratios are tilelang-hopper's (there is no seesaw in it)."""
+    cuda = dataclasses.replace(cfg.platform("cuda"), tilelang=RECORDED_WITH)
+    return dataclasses.replace(cfg, platforms={**cfg.platforms, "cuda": cuda})
 
 
 def add_parser(sub):
@@ -30,7 +39,7 @@ def run(args, cfg) -> int:
     from mlagate import gate
     from mlagate.report import site
 
-    out = Path(args.out)
+    out, cfg = Path(args.out), as_recorded(cfg)
     with tempfile.TemporaryDirectory(prefix="mlagate-demo-") as tmp:
         results = Path(tmp) / "results"
         shutil.copytree(HISTORY, results)  # the gate and asv publish read a copy: the history stays as kept
@@ -38,7 +47,8 @@ def run(args, cfg) -> int:
                                 machine=MACHINE).verdict
         site.build(cfg, results=results, out=out / "report", machine=MACHINE, last=cfg.gate.drift_lookback)
     failing = [c.label for c in verdict.cases if c.status in FAILING]
-    print(f"recorded H200 results of 2026-11-29 ({HISTORY.relative_to(ROOT)}), base {BASE[:8]}, head {HEAD[:8]}:")
+    print(f"recorded H200 results of 2026-11-29 ({HISTORY.relative_to(ROOT)}), base {BASE[:8]}, head {HEAD[:8]}, "
+          f"gated as then ({RECORDED_WITH} held to the vendor ratio):")
     print(f"verdict: {verdict.outcome} (a gate run would exit {verdict.exit_code})"
           + (f"; {', '.join(failing)}" if failing else ""))
     print(f"open {out / 'gate' / 'comparison.html'} (this pair) and {out / 'report' / 'index.html'} (the history); "
