@@ -152,7 +152,7 @@ def test_the_records_measurement_gets_its_gpus_deadline_and_budgets(monkeypatch,
     """What `mlagate record` sets in asv's environment reaches the one pass over the grid."""
     import torch
 
-    from mlagate.measure import asv_suite
+    from mlagate.measure import asv_suite, precompile
 
     seen = {}
 
@@ -160,6 +160,11 @@ def test_the_records_measurement_gets_its_gpus_deadline_and_budgets(monkeypatch,
         seen.update(cases=cases, budgets=budgets, deadline=deadline, gpus=gpus)
         return []
 
+    def precompile_cases(cases, jobs, *, deadline):  # before the timing: every kernel compiled in parallel
+        assert "cases" not in seen and jobs == precompile.default_jobs()
+        seen.update(compiled=cases, compile_deadline=deadline)
+
+    monkeypatch.setattr(precompile, "precompile_cases", precompile_cases)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(asv_suite, "platform", lambda: "cuda")
     monkeypatch.setattr(grid, "parse_gpus", lambda text: {"all": [0, 1]}[text])
@@ -170,6 +175,7 @@ def test_the_records_measurement_gets_its_gpus_deadline_and_budgets(monkeypatch,
     monkeypatch.setenv(asv_suite.CASES_ENV, str(tmp_path / "cases.json"))
     assert asv_suite.measure_grid() == {}
     assert seen["gpus"] == [0, 1] and seen["deadline"] == 123.5
+    assert seen["compiled"] == seen["cases"] and seen["compile_deadline"] == 123.5
     record_first = [b for b in seen["budgets"] if b == "record"]
     assert seen["budgets"][:len(record_first)] == record_first and "baseline" in seen["budgets"]
     assert json.loads((tmp_path / "cases.json").read_text()) == {"results": []}

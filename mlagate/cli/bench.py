@@ -24,7 +24,7 @@ def run(args, cfg) -> int:
     import torch
 
     from mlagate.case import RunStatus
-    from mlagate.measure import environment, grid
+    from mlagate.measure import environment, grid, precompile
     from mlagate.report import text
 
     if not torch.cuda.is_available():
@@ -38,6 +38,7 @@ def run(args, cfg) -> int:
     platform = environment.platform()
     cases = cfg.cases(args.grid, impls, platform, args.dtype)
     gpus = grid.parse_gpus(args.gpus)
+    precompile.precompile_cases(cases, precompile.default_jobs())
     env_start = environment.environment()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=_console(), transient=False) as progress:

@@ -78,6 +78,10 @@ def _require_arch(impl: str, device, *, prefixes):
     return arch
 
 
+# Architectures a config with its operands in shared memory (hopper, seesaw) is launched on.
+SHARED_OPERAND_ARCHS = ("sm_9", "sm_10")
+
+
 def tilelang_config(impl: str, shape, arch: str):
     """The tile config a TileLang implementation runs on ``shape``: a candidate's own
     (tilelang-hopper@N64...), or for a family (tilelang-hopper) the committed table's."""
@@ -88,6 +92,30 @@ def paged_config(impl: str, mean_shape, arch: str):
     """The config a paged batch of ``impl`` runs (mla_decode.paged_config), from the committed table."""
     return mla_decode.paged_config(tilelang_config(impl, mean_shape, arch),
                                    lambda family: tilelang_config(TILELANG_PREFIX + family, mean_shape, arch))
+
+
+def case_kernel(case, arch: str):
+    """The TileLang kernel ``case`` launches on ``arch``, as measure.precompile.compile_one takes it: a dense
+    case's (Shape, config), a paged case's (PagedShape, config, lengths); None for another implementation or
+    a config that does not run on ``arch`` (the launch then says why)."""
+    if not case.impl.startswith(TILELANG_PREFIX):
+        return None
+    if case.paged:
+        from mlagate.kernels.mla_decode_paged import PagedShape
+
+        shape = PagedShape.holding(case.lengths, case.heads, case.page_size, case.dtype)
+        config = paged_config(case.impl, shape.at_mean_length(case.lengths), arch)
+        kernel = (shape, config, tuple(case.lengths))
+    else:
+        shape = mla_decode.Shape(case.batch, case.seqlen, case.heads, case.dtype)
+        config = tilelang_config(case.impl, shape, arch)
+        kernel = (shape, config)
+    return kernel if _runs_here(config, arch) else None
+
+
+def _runs_here(config, arch: str) -> bool:
+    # hopper and seesaw: wgmma/TMA and 228 KB of shared memory per block
+    return config.runs_on(arch) and (not config.operands_in_shared or arch.startswith(SHARED_OPERAND_ARCHS))
 
 
 def _tilelang(impl, inputs, device):
@@ -108,7 +136,7 @@ def _tilelang_config_here(impl, shape, device, paged=False):
     if not config.runs_on(arch):
         raise Unavailable(f"{impl}: the {config.schedule} schedule needs Hopper (wgmma, TMA), this GPU is {arch}")
     if config.operands_in_shared:  # hopper and seesaw: wgmma/TMA and 228 KB of shared memory per block
-        _require_arch(impl, device, prefixes=("sm_9", "sm_10"))
+        _require_arch(impl, device, prefixes=SHARED_OPERAND_ARCHS)
     return config
 
 

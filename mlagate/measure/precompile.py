@@ -1,8 +1,9 @@
 """Compile TileLang kernels in parallel processes before a timed run, so that its worker loads them from
 TileLang's disk cache instead of compiling one after another inside the run (`mlagate tune`,
-notes/precompile.py); and the process pool that does it, which `mlagate tune` lowers candidates in too."""
+notes/precompile.py, `mlagate record` and `mlagate bench`); and the process pool that does it, which `mlagate tune` lowers candidates in too."""
 
 import multiprocessing
+import os
 import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -87,13 +88,39 @@ def compile_one(kernel) -> None:
         mla_decode.compiled(*kernel)
 
 
-def precompile(kernels, jobs: int, echo=print) -> dict:
-    """Compile each kernel of ``kernels`` (compile_one's) in ``jobs`` processes; {kernel: error text}
-    of those that failed (the timed run then reports the case itself)."""
+def precompile(kernels, jobs: int, echo=print, deadline: float | None = None) -> dict:
+    """Compile each kernel of ``kernels`` (compile_one's) in ``jobs`` processes, none started after ``deadline``
+    (time.monotonic()); {kernel: error text} of those that failed (the timed run then reports the case itself)."""
     kernels = list(dict.fromkeys(kernels))
     failed = {}
-    for n, (kernel, outcome) in enumerate(in_processes(compile_one, kernels, jobs), 1):
+    for n, (kernel, outcome) in enumerate(in_processes(compile_one, kernels, jobs, deadline), 1):
         if isinstance(outcome, Exception):
             failed[kernel] = f"{type(outcome).__name__}: {str(outcome)[-300:]}"
         echo(f"[{n}/{len(kernels)}] " + (f"failed: {failed[kernel]}" if kernel in failed else f"compiled {kernel}"))
+    return failed
+
+
+def default_jobs() -> int:
+    """Compiling processes for a record or a bench: the host's cores but two (one GPU's worker and the host),
+    at most 16 (each holds torch and TileLang, ~1 GB)."""
+    return max(1, min(16, (os.cpu_count() or 2) - 2))
+
+
+def precompile_cases(cases, jobs: int, echo=print, deadline: float | None = None) -> dict:
+    """Compile the TileLang kernels ``cases`` launch on this GPU (measure.impls.case_kernel), in ``cases``'
+    order, in ``jobs`` processes, none started after ``deadline`` (epoch seconds): a kernel edit then costs one
+    parallel compile instead of one compile per case inside the timed run. Returns precompile's failures;
+    the timed run reports each of those cases itself."""
+    from mlagate.kernels import mla_decode
+    from mlagate.measure import environment, impls
+
+    arch = mla_decode.device_arch(environment.device())
+    kernels = list(dict.fromkeys(k for c in cases if (k := impls.case_kernel(c, arch)) is not None))
+    if not kernels:
+        return {}
+    start = time.time()
+    failed = precompile(kernels, jobs, echo=lambda line: None,
+                        deadline=None if deadline is None else time.monotonic() + deadline - time.time())
+    echo(f"compiled {len(kernels) - len(failed)} of {len(kernels)} TileLang kernels in {jobs} processes "
+         f"({time.time() - start:.0f} s) before timing" + "".join(f"\n  failed: {k}: {why}" for k, why in failed.items()))
     return failed
