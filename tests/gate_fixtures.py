@@ -10,6 +10,8 @@ import math
 import shutil
 from pathlib import Path
 
+import yaml
+
 from mlagate import config
 from mlagate.cli.demo import RECORDED_WITH, as_recorded
 from mlagate.decide import verdict
@@ -27,8 +29,6 @@ HOPPER_64 = ("tilelang-hopper", 64, 4096, "float16", 128, "dense")
 
 def recorded_raw() -> dict:
     """perf.yml, parsed but not checked, as the fixtures were gated: tilelang-hopper's vendor ratios."""
-    import yaml
-
     raw = yaml.safe_load(config.DEFAULT_PATH.read_text())
     raw["platforms"]["cuda"]["tilelang"] = RECORDED_WITH
     return raw
@@ -36,8 +36,6 @@ def recorded_raw() -> dict:
 
 def recorded_perf_yml(folder) -> Path:
     path = Path(folder) / "perf-as-recorded.yml"
-    import yaml
-
     path.write_text(yaml.safe_dump(recorded_raw()))
     return path
 

@@ -42,7 +42,7 @@ def make_cfg(threshold=0.025, screen=0.0125, alpha=0.01, min_samples=20, floor=0
     raw = copy.deepcopy(RAW)
     g = raw["gate"]
     g["gated"] = ["tilelang-hopper", "tilelang-cdna3"]
-    raw["platforms"]["cuda"]["tilelang"] = "tilelang-hopper"
+    raw["platforms"]["cuda"]["tilelang"] = HOP[0]  # the config these rules are written around
     g["latency"].update(threshold=threshold, screen=screen, alpha=alpha, min_samples=min_samples)
     raw["timing"].update(min_samples=max(min_samples, raw["timing"]["min_samples"]),
                          samples_per_window=max(min_samples, raw["timing"]["samples_per_window"]))

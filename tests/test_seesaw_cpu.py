@@ -48,6 +48,8 @@ def test_a_ladder_of_a_gated_seesaw_patches_the_seesaw_file(tmp_path):
     from mlagate import ladder
 
     cfg = config.load()
+    default = ladder.plan(cfg, base_rev="HEAD", out=str(tmp_path / "out"))  # the platform's config and its vendor
+    assert default.impls == ("tilelang-seesaw", "flash_mla") and default.files == ("kernels/mla_decode_seesaw.py",)
     gated = dataclasses.replace(cfg, gate=dataclasses.replace(cfg.gate, gated=("tilelang-seesaw",)))
     plan = ladder.plan(gated, base_rev="HEAD", impls="tilelang-seesaw,flash_mla", out=str(tmp_path / "out"))
     assert plan.files == ("kernels/mla_decode_seesaw.py",) and {c.impl for c in plan.cases} == {"tilelang-seesaw"}

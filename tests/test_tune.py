@@ -4,6 +4,7 @@ a fake `tune.measure` whose candidates take the times a test gives them; lowerin
 stand-in elsewhere (a source with one kernel, block_N x 1000 B of shared memory)."""
 
 import copy
+import hashlib
 import json
 import math
 
@@ -320,13 +321,15 @@ def test_bad_input_exits_2_and_writes_nothing(monkeypatch, tmp_path, perf_yml, f
     assert not out.exists() and rounds == [] and fake_lowering == []
 
 
-def test_a_tune_is_keyed_by_every_file_its_kernel_is_built_from():
+def test_a_tune_is_keyed_by_every_file_its_kernel_is_built_from(tmp_path):
     """The seesaw family's resume identity hashes the seesaw's own file too: an edit there is a new tune."""
     from pathlib import Path
 
     dense, seesaw = (Path(f).read_bytes() for f in (m.__file__, m.schedule_module("seesaw").__file__))
     assert m.kernel_source(m.HOPPER) == dense and m.kernel_source(m.CDNA3) == dense
     assert m.kernel_source(m.SEESAW) == dense + seesaw
+    plan = pipeline.plan(config.load(), grid_name="quick", family="seesaw", out=str(tmp_path / "out"))
+    assert plan.identity["kernel_sha256"] == hashlib.sha256(dense + seesaw).hexdigest()
 
 
 def test_a_table_that_does_not_load_or_an_out_of_another_kernel_exits_2(monkeypatch, tmp_path, perf_yml,

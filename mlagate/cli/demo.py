@@ -24,7 +24,8 @@ RECORDED_WITH = "tilelang-hopper"  # the CUDA platform's TileLang config (its ve
 
 
 def as_recorded(cfg):
-    """``cfg`` as the kept history was gated: its vendor ratios are tilelang-hopper's (there is no seesaw in it)."""
+    """``cfg`` as the kept history was gated: its vendor ratios are tilelang-hopper's (there is no seesaw in it).
+    Its ``digest`` still names perf.yml as committed."""
     cuda = dataclasses.replace(cfg.platform("cuda"), tilelang=RECORDED_WITH)
     return dataclasses.replace(cfg, platforms={**cfg.platforms, "cuda": cuda})
 

@@ -110,12 +110,16 @@ def case_kernel(case, arch: str):
         shape = mla_decode.Shape(case.batch, case.seqlen, case.heads, case.dtype)
         config = tilelang_config(case.impl, shape, arch)
         kernel = (shape, config)
-    return kernel if _runs_here(config, arch) else None
+    return None if _not_here(case.impl, config, arch) else kernel
 
 
-def _runs_here(config, arch: str) -> bool:
-    # hopper and seesaw: wgmma/TMA and 228 KB of shared memory per block
-    return config.runs_on(arch) and (not config.operands_in_shared or arch.startswith(SHARED_OPERAND_ARCHS))
+def _not_here(impl: str, config, arch: str) -> str | None:
+    """Why ``config`` cannot launch on ``arch``; None where it can."""
+    if not config.runs_on(arch):
+        return f"{impl}: the {config.schedule} schedule needs Hopper (wgmma, TMA), this GPU is {arch}"
+    if config.operands_in_shared and not arch.startswith(SHARED_OPERAND_ARCHS):  # wgmma/TMA, 228 KB per block
+        return f"{impl}: needs a {' or '.join(SHARED_OPERAND_ARCHS)} device, this one is {arch}"
+    return None
 
 
 def _tilelang(impl, inputs, device):
@@ -133,10 +137,9 @@ def _tilelang(impl, inputs, device):
 def _tilelang_config_here(impl, shape, device, paged=False):
     arch = mla_decode.device_arch(device)
     config = (paged_config if paged else tilelang_config)(impl, shape, arch)
-    if not config.runs_on(arch):
-        raise Unavailable(f"{impl}: the {config.schedule} schedule needs Hopper (wgmma, TMA), this GPU is {arch}")
-    if config.operands_in_shared:  # hopper and seesaw: wgmma/TMA and 228 KB of shared memory per block
-        _require_arch(impl, device, prefixes=SHARED_OPERAND_ARCHS)
+    why = _not_here(impl, config, arch)
+    if why:
+        raise Unavailable(why)
     return config
 
 

@@ -1,6 +1,7 @@
 """Compile TileLang kernels in parallel processes before a timed run, so that its worker loads them from
-TileLang's disk cache instead of compiling one after another inside the run (`mlagate tune`,
-notes/precompile.py, `mlagate record` and `mlagate bench`); and the process pool that does it, which `mlagate tune` lowers candidates in too."""
+TileLang's disk cache instead of compiling one after another inside the run (`mlagate record`, `mlagate
+bench`, `mlagate tune`, notes/precompile.py); and the process pool that does it, which `mlagate tune` lowers
+candidates in too."""
 
 import multiprocessing
 import os
@@ -101,26 +102,40 @@ def precompile(kernels, jobs: int, echo=print, deadline: float | None = None) ->
 
 
 def default_jobs() -> int:
-    """Compiling processes for a record or a bench: the host's cores but two (one GPU's worker and the host),
+    """Compiling processes for a record or a bench: the cores this process may use but two (one GPU's worker
+    and the host), at least 2 (each compile in a process of its own: a compiler crash takes only its kernel),
     at most 16 (each holds torch and TileLang, ~1 GB)."""
-    return max(1, min(16, (os.cpu_count() or 2) - 2))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+    return max(2, min(16, cores - 2))
 
 
 def precompile_cases(cases, jobs: int, echo=print, deadline: float | None = None) -> dict:
     """Compile the TileLang kernels ``cases`` launch on this GPU (measure.impls.case_kernel), in ``cases``'
     order, in ``jobs`` processes, none started after ``deadline`` (epoch seconds): a kernel edit then costs one
-    parallel compile instead of one compile per case inside the timed run. Returns precompile's failures;
-    the timed run reports each of those cases itself."""
-    from mlagate.kernels import mla_decode
-    from mlagate.measure import environment, impls
+    parallel compile instead of one compile per case inside the timed run. Only a head start: a fault here is
+    one printed line, and the timed run reports each case's own. Returns {case label: why} of the failures."""
+    from mlagate.case import TILELANG_PREFIX
 
-    arch = mla_decode.device_arch(environment.device())
-    kernels = list(dict.fromkeys(k for c in cases if (k := impls.case_kernel(c, arch)) is not None))
-    if not kernels:
+    cases = [c for c in cases if c.impl.startswith(TILELANG_PREFIX)]
+    if not cases:
         return {}
-    start = time.time()
-    failed = precompile(kernels, jobs, echo=lambda line: None,
-                        deadline=None if deadline is None else time.monotonic() + deadline - time.time())
-    echo(f"compiled {len(kernels) - len(failed)} of {len(kernels)} TileLang kernels in {jobs} processes "
-         f"({time.time() - start:.0f} s) before timing" + "".join(f"\n  failed: {k}: {why}" for k, why in failed.items()))
-    return failed
+    start = time.monotonic()
+    try:
+        from mlagate.kernels import mla_decode
+        from mlagate.measure import environment, impls
+
+        arch = mla_decode.device_arch(environment.device())
+        kernels = {}  # kernel -> the first case that launches it
+        for c in cases:
+            kernels.setdefault(impls.case_kernel(c, arch), c)
+        kernels.pop(None, None)
+        failed = precompile(list(kernels), max(2, jobs), echo=lambda line: None,
+                            deadline=None if deadline is None else start + deadline - time.time())
+    except Exception as e:  # noqa: BLE001 - a head start, not a measurement: the timed run reports the cases
+        echo(f"compiling the TileLang kernels before timing failed ({type(e).__name__}: {e}); "
+             "each case compiles its own")
+        return {}
+    echo(f"compiled {len(kernels) - len(failed)} of {len(kernels)} TileLang kernels in {max(2, jobs)} processes "
+         f"({time.monotonic() - start:.0f} s) before timing"
+         + "".join(f"\n  failed: {kernels[k].label()}: {why}" for k, why in failed.items()))
+    return {kernels[k].label(): why for k, why in failed.items()}
