@@ -256,6 +256,10 @@ def parse(data) -> Config:
     if gate.screen > gate.threshold:
         raise ConfigError(f"gate.latency.screen: must be <= gate.latency.threshold ({gate.threshold}), "
                           f"got {gate.screen}")
+    for name, plat in platforms.items():  # else its vendor ratio, and its latency, would go unwatched
+        if plat.tilelang not in gate.gated:
+            raise ConfigError(f"gate.gated: must list platforms.{name}.tilelang ({plat.tilelang!r}), the config held "
+                              f"to the vendor ratio there; got {', '.join(gate.gated)}")
     tune = config_tune.parse(top, TILELANG_FAMILIES, gate.shared_memory_limit)
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     return Config(grid, impls, platforms, timing, roofline, gate, tune, workloads, digest)

@@ -643,6 +643,9 @@ def test_screen_may_equal_threshold():
     ("implementations", "torch", r"^implementations: must be a non-empty list, got 'torch'$"),
     ("platforms__rocm__dtypes", ["float8"], r"^platforms.rocm.dtypes: 'float8' is not one of float16, bfloat16$"),
     ("platforms__cuda__vendor_heads", [24], r"^platforms.cuda.vendor_heads: 24 is not one of 16, 32, 64, 128$"),
+    ("gate__gated", ["tilelang-hopper", "tilelang-cdna3"],
+     r"^gate.gated: must list platforms.cuda.tilelang \('tilelang-seesaw'\), the config held to the vendor ratio "
+     r"there; got tilelang-hopper, tilelang-cdna3$"),
     ("implementations", ["tilelang-cdna3", "flash_mla", "aiter", "torch"],
      r"^platforms.cuda.tilelang: 'tilelang-seesaw' is not in implementations$"),
     ("gate__latency", 5, r"^gate.latency: must be a mapping, got int$"),
