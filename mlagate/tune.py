@@ -255,18 +255,17 @@ def measure(cfg: Config, p: Plan, cases: list, on_result, echo, gpu: int | None 
     compile the cases' kernels in --jobs processes, then time them through the grid runner (budget "record",
     correctness checked first)."""
     from mlagate.hardware import arch_key
-    from mlagate.kernels import mla_decode, tuned
-    from mlagate.measure import environment, precompile
+    from mlagate.kernels import mla_decode
+    from mlagate.measure import environment, impls, precompile
     from mlagate.store.record import gpu_available
 
     if not gpu_available():
         raise ValueError(f"no GPU: torch.cuda.is_available() is False; the lowered candidates wait in {p.folder} "
                          f"for a {p.arch} GPU: run the same command there")
-    here = arch_key(mla_decode.device_arch(environment.device()))
-    if here != p.arch:
-        raise ValueError(f"--config-family {p.family}: its table is for {p.arch}, this GPU is {here}")
-    precompile.precompile([(mla_decode.Shape(c.batch, c.seqlen, c.heads, c.dtype), tuned.parse_candidate(c.impl))
-                           for c in cases], p.jobs, echo)
+    arch = mla_decode.device_arch(environment.device())
+    if arch_key(arch) != p.arch:
+        raise ValueError(f"--config-family {p.family}: its table is for {p.arch}, this GPU is {arch_key(arch)}")
+    precompile.precompile([k for c in cases if (k := impls.case_kernel(c, arch)) is not None], p.jobs, echo)
     grid.run_cases(cases, cfg.timing, gpus=None if gpu is None else [gpu], on_result=on_result)
 
 

@@ -73,9 +73,14 @@ def _require(module: str, impl: str):
 
 def _require_arch(impl: str, device, *, prefixes):
     arch = mla_decode.device_arch(device)
-    if not arch.startswith(prefixes):
-        raise Unavailable(f"{impl}: needs a {' or '.join(prefixes)} device, this one is {arch}")
+    why = _wrong_arch(impl, arch, prefixes)
+    if why:
+        raise Unavailable(why)
     return arch
+
+
+def _wrong_arch(impl: str, arch: str, prefixes) -> str | None:
+    return None if arch.startswith(prefixes) else f"{impl}: needs a {' or '.join(prefixes)} device, this one is {arch}"
 
 
 # Architectures a config with its operands in shared memory (hopper, seesaw) is launched on.
@@ -117,9 +122,8 @@ def _not_here(impl: str, config, arch: str) -> str | None:
     """Why ``config`` cannot launch on ``arch``; None where it can."""
     if not config.runs_on(arch):
         return f"{impl}: the {config.schedule} schedule needs Hopper (wgmma, TMA), this GPU is {arch}"
-    if config.operands_in_shared and not arch.startswith(SHARED_OPERAND_ARCHS):  # wgmma/TMA, 228 KB per block
-        return f"{impl}: needs a {' or '.join(SHARED_OPERAND_ARCHS)} device, this one is {arch}"
-    return None
+    # wgmma/TMA and 228 KB of shared memory per block
+    return _wrong_arch(impl, arch, SHARED_OPERAND_ARCHS) if config.operands_in_shared else None
 
 
 def _tilelang(impl, inputs, device):

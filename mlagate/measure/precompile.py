@@ -116,10 +116,10 @@ def precompile_cases(cases, jobs: int, echo=print, deadline: float | None = None
     one printed line, and the timed run reports each case's own. Returns {case label: why} of the failures."""
     from mlagate.case import TILELANG_PREFIX
 
-    cases = [c for c in cases if c.impl.startswith(TILELANG_PREFIX)]
+    cases = [c for c in cases if c.impl.startswith(TILELANG_PREFIX)]  # none: no device query either
     if not cases:
         return {}
-    start = time.monotonic()
+    jobs, start = max(2, jobs), time.monotonic()
     try:
         from mlagate.kernels import mla_decode
         from mlagate.measure import environment, impls
@@ -129,13 +129,13 @@ def precompile_cases(cases, jobs: int, echo=print, deadline: float | None = None
         for c in cases:
             kernels.setdefault(impls.case_kernel(c, arch), c)
         kernels.pop(None, None)
-        failed = precompile(list(kernels), max(2, jobs), echo=lambda line: None,
+        failed = precompile(list(kernels), jobs, echo=lambda line: None,
                             deadline=None if deadline is None else start + deadline - time.time())
     except Exception as e:  # noqa: BLE001 - a head start, not a measurement: the timed run reports the cases
         echo(f"compiling the TileLang kernels before timing failed ({type(e).__name__}: {e}); "
              "each case compiles its own")
         return {}
-    echo(f"compiled {len(kernels) - len(failed)} of {len(kernels)} TileLang kernels in {max(2, jobs)} processes "
+    echo(f"compiled {len(kernels) - len(failed)} of {len(kernels)} TileLang kernels in {jobs} processes "
          f"({time.monotonic() - start:.0f} s) before timing"
          + "".join(f"\n  failed: {kernels[k].label()}: {why}" for k, why in failed.items()))
     return {kernels[k].label(): why for k, why in failed.items()}
