@@ -2,6 +2,7 @@
 # H200 steps of 2026-11-30 (issue 15: one clock, a record budget, the ladder). After `notes/h200_heads.sh unpack1`:
 #   step tests  : core packages (carry .gpu/p2); GPU test suite; every TileLang kernel of the full grid precompiled
 #   step record : a full-grid `mlagate record` of this tree (all implementations, perf.yml's dtypes), timed
+#                 (unpacks core when /tmp/site lacks it: carry .gpu/p2)
 #   step ladder : `mlagate ladder` on the quick grid, 3 repetitions (resumable: carry out/ladder back in)
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -22,8 +23,10 @@ tests)
     | tee "$OUT/pytest_gpu.log" | tail -12
   timed timeout 250 python3 notes/precompile.py --grid full --jobs 15 2>&1 | quiet | tail -3
   ;;
-record)
+record)  # on a fresh machine: TileLang's cache is cold, so the record's parallel compile is timed too
+  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
   this_tree; git log --oneline -1
+  ls ~/.tilelang/cache 2>/dev/null | wc -l | sed 's/^/TileLang cache entries before: /'
   t0=$(date +%s.%N)
   timed timeout 580 python3 -m mlagate.cli record --rev HEAD --machine h200 --results /tmp/res --grid full 2>&1 \
     | quiet > "$OUT/record.log"; tail -5 "$OUT/record.log"
