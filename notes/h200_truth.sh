@@ -7,6 +7,7 @@
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+RES=${RES:-/tmp/res}  # the record step's store
 quiet() { grep -v -e Warning -e "TileLang begins" -e "TileLang completes" -e "^ *asv: skipped" -e "For parameters"; }
 timed() { local t0=$SECONDS; "$@"; local rc=$?; echo "[$* -> exit $rc, $((SECONDS - t0)) s]"; return $rc; }
 this_tree() {  # the device's .git is the session's first snapshot: commit the tree there once
@@ -28,13 +29,13 @@ record)  # on a fresh machine: TileLang's cache is cold, so the record's paralle
   this_tree; git log --oneline -1
   ls ~/.tilelang/cache 2>/dev/null | wc -l | sed 's/^/TileLang cache entries before: /'
   t0=$(date +%s.%N)
-  timed timeout 580 python3 -m mlagate.cli record --rev HEAD --machine h200 --results /tmp/res --grid full 2>&1 \
-    | quiet > "$OUT/record.log"; tail -5 "$OUT/record.log"
-  python3 - "$t0" <<'PY' | tee "$OUT/record_summary.txt"
+  timed timeout "${LIMIT:-580}" python3 -m mlagate.cli record --rev HEAD --machine h200 --results "$RES" --grid full 2>&1 \
+    | quiet > "$OUT/record.log"; tail -5 "$OUT/record.log"; grep -A3 "TileLang kernels" "$OUT/record.log"
+  python3 - "$t0" "$RES" <<'PY' | tee "$OUT/record_summary.txt"
 import json, statistics, sys, time, glob
 wall = time.time() - float(sys.argv[1])
-cases = json.load(open(glob.glob("/tmp/res/h200/*-cases.sidecar")[0]))["results"]
-env = json.load(open(glob.glob("/tmp/res/h200/*-env.sidecar")[0]))
+cases = json.load(open(glob.glob(sys.argv[2] + "/h200/*-cases.sidecar")[0]))["results"]
+env = json.load(open(glob.glob(sys.argv[2] + "/h200/*-env.sidecar")[0]))
 print(f"record wall time {wall:.0f} s (asv included); {len(cases)} cases")
 by = {}
 for r in cases:
@@ -53,7 +54,7 @@ for budget in ("record", "baseline"):
     n = [len(r["samples"]["windows"]) for r in cases if r.get("samples") and r["samples"]["budget"] == budget]
     print(f"{budget}: {len(n)} cases")
 PY
-  tar -C /tmp -czf "$OUT/results.tgz" res
+  tar -C "$(dirname "$RES")" -czf "$OUT/results.tgz" "$(basename "$RES")"
   ;;
 ladder)
   this_tree; git log --oneline -1

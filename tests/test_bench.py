@@ -71,10 +71,10 @@ def test_each_case_goes_to_the_worker_with_its_budget(tmp_path):
     exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     grid.run_cases(cases(1024, 2048), config.load().timing, budgets=["record", "baseline"], deadline=123.0,
-                   python=str(exe))
+                   compiled="/tmp/the-compile-ahead", python=str(exe))
     job = json.loads((tmp_path / "job.json").read_text())
     assert [c[2] for c in job["cases"]] == ["record", "baseline"]
-    assert job["deadline"] == 123.0
+    assert job["deadline"] == 123.0 and job["compiled"] == "/tmp/the-compile-ahead"
     assert grid.timing_from_dict(job["timing"]) == config.load().timing
 
 

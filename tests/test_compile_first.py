@@ -1,8 +1,11 @@
-"""A record and a bench compile their TileLang kernels in parallel before timing (measure.precompile), so a
-kernel edit costs one parallel compile, not a compile per case inside the timed run: which kernels (those
-the launches then build), in which order, and that a fault there is a printed line, never a lost record."""
+"""A record and a bench compile their TileLang kernels in parallel while they time (measure.precompile), so a
+kernel edit costs one parallel compile beside the timed run, not a compile per case inside it: which kernels
+(those the launches then build), in which order, that the worker waits only for a kernel not compiled yet, and
+that a fault there is a printed line, never a lost record."""
 
 import dataclasses
+import os
+import threading
 import time
 
 import pytest
@@ -64,7 +67,7 @@ def on_sm_90(monkeypatch):
 def test_the_kernels_are_compiled_once_each_in_the_cases_order_within_the_deadline(on_sm_90, monkeypatch):
     seen, lines = {}, []
 
-    def fake_precompile(kernels, jobs, echo, deadline):
+    def fake_precompile(kernels, jobs, echo, deadline, ready):
         seen.update(kernels=kernels, jobs=jobs, deadline=deadline)
         return {kernels[-1]: "RuntimeError: boom"}
 
@@ -110,3 +113,62 @@ def test_the_default_jobs_leave_two_cores_and_stay_between_2_and_16(monkeypatch)
     for cores, jobs in ((2, 2), (8, 6), (128, 16)):
         monkeypatch.setattr(precompile.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
         assert precompile.default_jobs() == jobs
+
+
+def test_the_worker_waits_for_a_kernel_until_the_compile_alongside_has_it(on_sm_90, monkeypatch):
+    kernels = list(dict.fromkeys(k for c in QUICK if (k := impls.case_kernel(c, "sm_90"))))
+    first = next(c for c in QUICK if impls.case_kernel(c, "sm_90") == kernels[0])
+    second = next(c for c in QUICK if impls.case_kernel(c, "sm_90") == kernels[1])
+    go_on = threading.Event()
+
+    def fake_precompile(kernels, jobs, echo, deadline, ready):  # the first kernel at once, the rest once told
+        for n, kernel in enumerate(kernels):
+            if n == 1:
+                assert go_on.wait(30)
+            open(os.path.join(ready, precompile.marker(kernel)), "w").close()
+        return {}
+
+    monkeypatch.setattr(precompile, "precompile", fake_precompile)
+    lines = []
+    with precompile.ahead(QUICK, 3, echo=lines.append) as ready:
+        assert precompile.wait_compiled(ready, first, "cuda:0", limit_s=30) < 30
+        assert precompile.wait_compiled(ready, second, "cuda:0", limit_s=0.2) >= 0.2  # not compiled yet: waits
+        go_on.set()
+        assert precompile.wait_compiled(ready, second, "cuda:0", limit_s=30) < 30
+    assert not os.path.exists(ready)  # the folder goes with the compile
+    assert lines and lines[0].startswith(f"compiled {len(kernels)} of {len(kernels)} TileLang kernels")
+
+
+def test_a_compile_that_stops_early_releases_the_worker(on_sm_90, monkeypatch):
+    """Past the deadline, or failing before any kernel: the worker compiles what it needs itself."""
+    monkeypatch.setattr(precompile, "precompile", lambda kernels, *a, **k: {})  # no kernel marked
+    case = next(c for c in QUICK if c.impl == "tilelang-seesaw")
+    with precompile.ahead(QUICK, 3, echo=lambda line: None) as ready:
+        assert precompile.wait_compiled(ready, case, "cuda:0", limit_s=30) < 30
+
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(precompile, "precompile_cases", broken)  # even an error precompile_cases does not catch
+    lines = []
+    with precompile.ahead(QUICK, 3, echo=lines.append) as ready:
+        assert precompile.wait_compiled(ready, case, "cuda:0", limit_s=30) < 30
+    assert lines == ["compiling the TileLang kernels beside the timing failed (RuntimeError: boom); each case compiles its own"]
+
+
+def test_nothing_to_wait_for_without_a_compile_or_a_tilelang_kernel(on_sm_90, monkeypatch, tmp_path):
+    tilelang = next(c for c in QUICK if c.impl == "tilelang-hopper")
+    assert precompile.wait_compiled(None, tilelang, "cuda:0") == 0
+    assert precompile.wait_compiled(str(tmp_path), next(c for c in QUICK if c.impl == "flash_mla"), "cuda:0") == 0
+
+    def broken_table(case, arch):
+        raise ValueError("kernels/tuned/sm_90.yaml: version: must be 1")
+
+    monkeypatch.setattr(impls, "case_kernel", broken_table)  # the launch reports it, as without the compile
+    assert precompile.wait_compiled(str(tmp_path), tilelang, "cuda:0") == 0
+
+
+def test_a_kernels_marker_is_the_same_in_another_process():
+    kernel = impls.case_kernel(next(c for c in QUICK if c.impl == "tilelang-seesaw" and c.paged), "sm_90")
+    [(item, name)] = list(precompile.in_processes(precompile.marker, [kernel], 2))
+    assert name == precompile.marker(kernel) and len(name) == 24

@@ -2,6 +2,7 @@
 warning it leaves in the gate report, and the runner shards."""
 
 import collections
+import contextlib
 import json
 import sys
 
@@ -156,15 +157,19 @@ def test_the_records_measurement_gets_its_gpus_deadline_and_budgets(monkeypatch,
 
     seen = {}
 
-    def run_cases(cases, timing, *, budgets, deadline, gpus):
-        seen.update(cases=cases, budgets=budgets, deadline=deadline, gpus=gpus)
+    def run_cases(cases, timing, *, budgets, deadline, gpus, compiled):
+        assert seen["compiling"]  # timed while the kernels compile, waiting on that folder
+        seen.update(cases=cases, budgets=budgets, deadline=deadline, gpus=gpus, ready=compiled)
         return []
 
-    def precompile_cases(cases, jobs, *, deadline):  # before the timing: every kernel compiled in parallel
-        assert "cases" not in seen and jobs == precompile.default_jobs()
-        seen.update(compiled=cases, compile_deadline=deadline)
+    @contextlib.contextmanager
+    def ahead(cases, jobs, *, echo, deadline):
+        assert jobs == precompile.default_jobs()
+        seen.update(compiled=cases, compile_deadline=deadline, compiling=True)
+        yield "the compile's folder"
+        seen["compiling"] = False
 
-    monkeypatch.setattr(precompile, "precompile_cases", precompile_cases)
+    monkeypatch.setattr(precompile, "ahead", ahead)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(asv_suite, "platform", lambda: "cuda")
     monkeypatch.setattr(grid, "parse_gpus", lambda text: {"all": [0, 1]}[text])
@@ -176,6 +181,7 @@ def test_the_records_measurement_gets_its_gpus_deadline_and_budgets(monkeypatch,
     assert asv_suite.measure_grid() == {}
     assert seen["gpus"] == [0, 1] and seen["deadline"] == 123.5
     assert seen["compiled"] == seen["cases"] and seen["compile_deadline"] == 123.5
+    assert seen["ready"] == "the compile's folder" and not seen["compiling"]
     record_first = [b for b in seen["budgets"] if b == "record"]
     assert seen["budgets"][:len(record_first)] == record_first and "baseline" in seen["budgets"]
     assert json.loads((tmp_path / "cases.json").read_text()) == {"results": []}

@@ -38,10 +38,10 @@ def run(args, cfg) -> int:
     platform = environment.platform()
     cases = cfg.cases(args.grid, impls, platform, args.dtype)
     gpus = grid.parse_gpus(args.gpus)
-    precompile.precompile_cases(cases, precompile.default_jobs())
     env_start = environment.environment()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=_console(), transient=False) as progress:
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=_console(), transient=False)
+    with precompile.ahead(cases, precompile.default_jobs()) as compiled, progress:
         task = progress.add_task("benchmark", total=len(cases))
 
         def on_result(result):
@@ -50,7 +50,7 @@ def run(args, cfg) -> int:
                                                           f"{result.status}")
 
         results = grid.run_cases(cases, cfg.timing, budgets=[cfg.budget_for(c.impl, platform) for c in cases],
-                                 gpus=gpus, on_result=on_result)
+                                 gpus=gpus, on_result=on_result, compiled=compiled)
     env = {"start": env_start, "end": environment.environment(), "config_digest": cfg.digest}
     results = grid.add_metrics(results, peaks=cfg.peaks(env_start.get("arch")),
                                vendor=cfg.platform(platform).vendor)

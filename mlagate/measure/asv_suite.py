@@ -5,6 +5,7 @@ import functools
 import json
 import math
 import os
+import sys
 
 from mlagate import config as config_mod
 from mlagate.case import PARAM_NAMES, Case, RunStatus
@@ -74,13 +75,18 @@ def measure_grid() -> dict:
     ordered = sorted(cs, key=lambda c: (budgets[c] != "record", grid.point(c)))
     deadline = float(os.environ[DEADLINE_ENV]) if os.environ.get(DEADLINE_ENV) else None
     gpus = grid.parse_gpus(os.environ.get(GPUS_ENV))
-    precompile.precompile_cases(ordered, precompile.default_jobs(), deadline=deadline)
-    results = grid.run_cases(ordered, cfg.timing, budgets=[budgets[c] for c in ordered], deadline=deadline,
-                             gpus=gpus)
+    # stderr: asv shows it (--show-stderr), and keeps a benchmark's stdout to itself
+    with precompile.ahead(ordered, precompile.default_jobs(), echo=_to_stderr, deadline=deadline) as compiled:
+        results = grid.run_cases(ordered, cfg.timing, budgets=[budgets[c] for c in ordered], deadline=deadline,
+                                 gpus=gpus, compiled=compiled)
     results = grid.add_metrics(results, vendor=cfg.platform(here).vendor)
     if os.environ.get(CASES_ENV):
         write_cases(os.environ[CASES_ENV], results)
     return {r.case: r for r in results}
+
+
+def _to_stderr(line):
+    print(line, file=sys.stderr, flush=True)
 
 
 def write_cases(path, results):

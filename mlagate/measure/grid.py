@@ -93,7 +93,7 @@ def parse_gpus(text):
     return gpus
 
 
-def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python, budgets, deadline):
+def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python, budgets, deadline, compiled=None):
     """Feed ``indices`` of ``cases`` to worker processes pinned to ``gpu`` until all are done."""
 
     def deliver(i, result):
@@ -115,7 +115,7 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python, b
             return
     remaining = list(indices)
     while remaining:
-        job = {"timing": asdict(timing), "deadline": deadline,
+        job = {"timing": asdict(timing), "deadline": deadline, "compiled": compiled,
                "cases": [[i, asdict(cases[i]), budgets[i]] for i in remaining]}
         with tempfile.TemporaryFile("w+") as stderr:
             # cwd = the folder holding this mlagate, so `-m` imports this same code (asv runs
@@ -153,19 +153,21 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python, b
         remaining = [i for i in remaining if i not in results]
 
 
-def run_cases(cases, timing: Timing, *, budgets=None, deadline=None, gpus=None, on_result=None,
+def run_cases(cases, timing: Timing, *, budgets=None, deadline=None, gpus=None, on_result=None, compiled=None,
               python=sys.executable) -> list:
     """Measure every case (under ``budgets[i]``, default "record"); returns one CaseResult per
     case, in order. A case of another budget than "record" not started by ``deadline`` (epoch
-    seconds) is skipped, saying so."""
+    seconds) is skipped, saying so. ``compiled``: the folder of a compile running alongside
+    (precompile.ahead), whose kernel a TileLang case waits for."""
     results, lock = {}, threading.Lock()
     budgets = list(budgets or ["record"] * len(cases))
     if not gpus:
-        _run_worker(cases, range(len(cases)), timing, None, results, on_result, lock, python, budgets, deadline)
+        _run_worker(cases, range(len(cases)), timing, None, results, on_result, lock, python, budgets, deadline,
+                    compiled)
     else:
         threads = [threading.Thread(target=_run_worker,
                                     args=(cases, part, timing, gpu, results, on_result, lock, python, budgets,
-                                          deadline))
+                                          deadline, compiled))
                    for gpu, part in zip(gpus, shard(cases, len(gpus))) if part]
         for t in threads:
             t.start()
@@ -243,6 +245,7 @@ def _worker():
 
     from mlagate.measure.harness import Inputs, measure_case
     from mlagate.measure.environment import device as gpu
+    from mlagate.measure.precompile import wait_compiled
 
     job = json.load(sys.stdin)
     timing = timing_from_dict(job["timing"])
@@ -260,6 +263,7 @@ def _worker():
             continue
         try:
             device = device or gpu()
+            wait_compiled(job.get("compiled"), case, device)
             if inputs is None or inputs.point != point(case):
                 inputs = None  # free the last problem's tensors first
                 torch.cuda.empty_cache()

@@ -1,11 +1,16 @@
-"""Compile TileLang kernels in parallel processes before a timed run, so that its worker loads them from
+"""Compile TileLang kernels in parallel processes ahead of a timed run, so that its worker loads them from
 TileLang's disk cache instead of compiling one after another inside the run (`mlagate record`, `mlagate
 bench`, `mlagate tune`, notes/precompile.py); and the process pool that does it, which `mlagate tune` lowers
-candidates in too."""
+candidates in too. A record and a bench compile while they time (``ahead``): the worker waits only for a
+kernel the pool has not finished yet."""
 
+import contextlib
+import hashlib
 import multiprocessing
 import os
 import signal
+import tempfile
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -49,12 +54,14 @@ def in_processes(fn, items: list, jobs: int, deadline: float | None = None):
         return
     # spawn: a forked child cannot use the CUDA context a parent that imported tilelang may hold
     context = multiprocessing.get_context("spawn")
+    # lower priority: the measuring worker, timing beside these, must keep the GPU's queue ahead of it
+    lower = {"initializer": os.nice, "initargs": (NICE,)} if hasattr(os, "nice") else {}
     waiting, running, idle, pools = list(items)[::-1], {}, [], []
     try:
         while True:
             while waiting and len(running) < jobs and not past():
                 if not idle:
-                    pools.append(ProcessPoolExecutor(1, mp_context=context))
+                    pools.append(ProcessPoolExecutor(1, mp_context=context, **lower))
                     idle.append(pools[-1])
                 pool, item = idle.pop(), waiting.pop()
                 running[pool.submit(fn, item)] = pool, item
@@ -89,14 +96,17 @@ def compile_one(kernel) -> None:
         mla_decode.compiled(*kernel)
 
 
-def precompile(kernels, jobs: int, echo=print, deadline: float | None = None) -> dict:
+def precompile(kernels, jobs: int, echo=print, deadline: float | None = None, ready: str | None = None) -> dict:
     """Compile each kernel of ``kernels`` (compile_one's) in ``jobs`` processes, none started after ``deadline``
-    (time.monotonic()); {kernel: error text} of those that failed (the timed run then reports the case itself)."""
+    (time.monotonic()), marking each finished one in the folder ``ready`` (wait_compiled); {kernel: error text}
+    of those that failed (the timed run then reports the case itself)."""
     kernels = list(dict.fromkeys(kernels))
     failed = {}
     for n, (kernel, outcome) in enumerate(in_processes(compile_one, kernels, jobs, deadline), 1):
         if isinstance(outcome, Exception):
             failed[kernel] = f"{type(outcome).__name__}: {str(outcome)[-300:]}"
+        if ready:
+            open(os.path.join(ready, marker(kernel)), "w").close()
         echo(f"[{n}/{len(kernels)}] " + (f"failed: {failed[kernel]}" if kernel in failed else f"compiled {kernel}"))
     return failed
 
@@ -109,11 +119,12 @@ def default_jobs() -> int:
     return max(2, min(16, cores - 2))
 
 
-def precompile_cases(cases, jobs: int, echo=print, deadline: float | None = None) -> dict:
+def precompile_cases(cases, jobs: int, echo=print, deadline: float | None = None, ready: str | None = None) -> dict:
     """Compile the TileLang kernels ``cases`` launch on this GPU (measure.impls.case_kernel), in ``cases``'
-    order, in ``jobs`` processes, none started after ``deadline`` (epoch seconds): a kernel edit then costs one
-    parallel compile instead of one compile per case inside the timed run. Only a head start: a fault here is
-    one printed line, and the timed run reports each case's own. Returns {case label: why} of the failures."""
+    order, in ``jobs`` processes, none started after ``deadline`` (epoch seconds), each marked in ``ready`` when
+    done (ahead): a kernel edit then costs one parallel compile instead of one compile per case inside the timed
+    run. Only a head start: a fault here is one printed line, and the timed run reports each case's own.
+    Returns {case label: why} of the failures."""
     from mlagate.case import TILELANG_PREFIX
 
     cases = [c for c in cases if c.impl.startswith(TILELANG_PREFIX)]  # none: no device query either
@@ -130,12 +141,67 @@ def precompile_cases(cases, jobs: int, echo=print, deadline: float | None = None
             kernels.setdefault(impls.case_kernel(c, arch), c)
         kernels.pop(None, None)
         failed = precompile(list(kernels), jobs, echo=lambda line: None,
-                            deadline=None if deadline is None else start + deadline - time.time())
+                            deadline=None if deadline is None else start + deadline - time.time(), ready=ready)
     except Exception as e:  # noqa: BLE001 - a head start, not a measurement: the timed run reports the cases
-        echo(f"compiling the TileLang kernels before timing failed ({type(e).__name__}: {e}); "
+        echo(f"compiling the TileLang kernels beside the timing failed ({type(e).__name__}: {e}); "
              "each case compiles its own")
         return {}
     echo(f"compiled {len(kernels) - len(failed)} of {len(kernels)} TileLang kernels in {jobs} processes "
-         f"({time.monotonic() - start:.0f} s) before timing"
+         f"({time.monotonic() - start:.0f} s) beside the timing"
          + "".join(f"\n  failed: {kernels[k].label()}: {why}" for k, why in failed.items()))
     return {kernels[k].label(): why for k, why in failed.items()}
+
+
+NICE = 10  # added to the compiling processes' niceness
+DONE = "compiling-stopped"  # ahead's last file in its folder: every kernel compiled, failed, or past the deadline
+WAIT_LIMIT_S = 600.0  # a compile that hangs past this is the launch's to redo, as without ahead
+POLL_S = 0.02
+
+
+def marker(kernel) -> str:
+    """The file name that says ``kernel`` (compile_one's) is compiled; the same in every process."""
+    return hashlib.sha1(repr(kernel).encode()).hexdigest()[:24]
+
+
+@contextlib.contextmanager
+def ahead(cases, jobs: int, echo=print, deadline: float | None = None):
+    """precompile_cases in a thread while the caller times ``cases``: timing starts at once instead of after the
+    whole grid's compile. Yields the folder whose files say which kernels are done (wait_compiled)."""
+    with tempfile.TemporaryDirectory(prefix="mlagate-compiled-") as ready:
+        def compile_all():
+            try:
+                precompile_cases(cases, jobs, echo, deadline, ready=ready)
+            except Exception as e:  # noqa: BLE001 - a head start: the worker compiles what it waited for in vain
+                echo(f"compiling the TileLang kernels beside the timing failed ({type(e).__name__}: {e}); "
+                     "each case compiles its own")
+            finally:
+                open(os.path.join(ready, DONE), "w").close()
+
+        thread = threading.Thread(target=compile_all, name="mlagate-compile-ahead", daemon=True)
+        thread.start()
+        try:
+            yield ready
+        finally:
+            thread.join()
+
+
+def wait_compiled(ready: str | None, case, device, limit_s: float = WAIT_LIMIT_S) -> float:
+    """In the measuring worker: wait until ahead's folder ``ready`` says ``case``'s TileLang kernel is compiled (or
+    compiling stopped), at most ``limit_s``; the seconds waited. Nothing to wait for (no folder, not TileLang, a
+    kernel that cannot be named here): 0, and the launch compiles what it needs, as without ahead."""
+    if not ready:
+        return 0.0
+    try:
+        from mlagate.kernels import mla_decode
+        from mlagate.measure import impls
+
+        kernel = impls.case_kernel(case, mla_decode.device_arch(device))
+    except Exception:  # noqa: BLE001 - the launch reports the case's own error
+        return 0.0
+    if kernel is None:
+        return 0.0
+    start = time.monotonic()
+    files = (os.path.join(ready, marker(kernel)), os.path.join(ready, DONE))
+    while not any(os.path.exists(f) for f in files) and time.monotonic() - start < limit_s:
+        time.sleep(POLL_S)
+    return time.monotonic() - start
