@@ -1,5 +1,6 @@
-"""Two records of one commit on one GPU, case by case: the medians of every case measured in both, per budget
-and implementation (e.g. a cold record, compiling its kernels beside the timing, against a warm one).
+"""Two records of one commit, case by case: the medians of every case measured in both, per budget and
+implementation; then the second record's record-budget cases in quarters of their measuring order (asv_suite:
+record budget first, by grid point), to show whether what ran beside the first quarter (a compile) moved them.
 
     python notes/compare_records.py STORE_A STORE_B     (stores as `mlagate record --results` writes them)
 """
@@ -9,28 +10,47 @@ import json
 import statistics
 import sys
 
+from mlagate.case import Case
+from mlagate.measure.shards import point
 
-def medians(store: str) -> dict:
+KEY = ("impl", "batch", "seqlen", "dtype", "heads", "workload")
+
+
+def measured(store: str) -> list:
     [path] = glob.glob(f"{store}/*/*-cases.sidecar")
-    rows = json.load(open(path))["results"]
-    return {(r["impl"], r["batch"], r["seqlen"], r["dtype"], r["heads"], r["workload"]): (r["median_ms"], r["samples"]["budget"])
-            for r in rows if r["status"] == "ok"}
+    return [r for r in json.load(open(path))["results"] if r["status"] == "ok"]
+
+
+def key(row) -> tuple:
+    return tuple(row[k] for k in KEY)
 
 
 def main(a: str, b: str) -> None:
-    first, second = medians(a), medians(b)
-    both = sorted(set(first) & set(second), key=str)
+    first, second = {key(r): r for r in measured(a)}, measured(b)
+    both = [r for r in second if key(r) in first]
     print(f"{len(both)} cases in both ({len(first)} and {len(second)} measured)")
+    change = {key(r): r["median_ms"] / first[key(r)]["median_ms"] - 1 for r in both}
     groups = {}
-    for key in both:
-        change = second[key][0] / first[key][0] - 1
-        groups.setdefault((first[key][1], key[0]), []).append((change, key))
+    for r in both:
+        groups.setdefault((r["samples"]["budget"], r["impl"]), []).append((change[key(r)], key(r)))
     for (budget, impl), changes in sorted(groups.items()):
         values = [c for c, _ in changes]
         worst = max(changes, key=lambda c: abs(c[0]))
         print(f"{budget:8s} {impl:16s} n={len(values):3d}  median {100 * statistics.median(values):+.2f}%  "
               f"median |change| {100 * statistics.median(map(abs, values)):.2f}%  "
               f"worst {100 * worst[0]:+.2f}% at b{worst[1][1]} s{worst[1][2]} h{worst[1][4]} {worst[1][5]}")
+    order = sorted((r for r in both if r["samples"]["budget"] == "record"),
+                   key=lambda r: point(Case(*key(r), r["page_size"], tuple(r["lengths"]))))
+    quarter = len(order) // 4
+    for q in range(4):
+        rows = order[q * quarter:(q + 1) * quarter]
+        per_impl = {}
+        for r in rows:
+            per_impl.setdefault(r["impl"], []).append(100 * change[key(r)])
+        text = ", ".join(f"{impl} {statistics.median(v):+.2f}% (sd {statistics.pstdev(v):.2f})"
+                         for impl, v in sorted(per_impl.items()))
+        lead = sum(r["samples"]["dropped"] for r in rows)
+        print(f"quarter {q + 1} of the measuring order: {text}; calls not timed for the host's lead {lead}")
 
 
 if __name__ == "__main__":
