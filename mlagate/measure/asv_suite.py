@@ -11,7 +11,11 @@ from mlagate import config as config_mod
 from mlagate.case import PARAM_NAMES, Case, RunStatus
 from mlagate.measure.environment import platform
 
-# Set by `mlagate record`: when measuring must stop (epoch seconds), where every case's result
+# asv's own time per case after the measuring pass (a process per benchmark and parameter set, which stores
+# the samples): the record's deadline keeps it free, so that the whole record fits timing.record_s
+# (docs/measurements.md, fourth session of 2026-12-01).
+ASV_S_PER_CASE = 0.2
+# Set by `mlagate record`: when the record must end (epoch seconds), where every case's result
 # (clocks, dropped windows, skipped cases) goes beside asv's results, the GPUs to measure on
 # (`--gpus`) and this runner's share of the grid points (`--shard I/N`).
 DEADLINE_ENV, CASES_ENV, GPUS_ENV, SHARD_ENV = "MLAGATE_DEADLINE", "MLAGATE_CASES_OUT", "MLAGATE_GPUS", "MLAGATE_SHARD"
@@ -74,6 +78,8 @@ def measure_grid() -> dict:
     budgets = {c: cfg.budget_for(c.impl, here) for c in cs}
     ordered = sorted(cs, key=lambda c: (budgets[c] != "record", grid.point(c)))
     deadline = float(os.environ[DEADLINE_ENV]) if os.environ.get(DEADLINE_ENV) else None
+    if deadline is not None:  # measuring stops in time for asv to store every case, a skipped one too
+        deadline -= ASV_S_PER_CASE * len(cases(sharded=False))
     gpus = grid.parse_gpus(os.environ.get(GPUS_ENV))
     # stderr: asv shows it (--show-stderr), and keeps a benchmark's stdout to itself
     with precompile.ahead(ordered, precompile.default_jobs(), echo=_to_stderr, deadline=deadline) as compiled:
