@@ -4,6 +4,7 @@
 #   step record : a full-grid `mlagate record` of this tree (all implementations, perf.yml's dtypes), timed
 #                 (unpacks core when /tmp/site lacks it: carry .gpu/p2)
 #   step ladder : `mlagate ladder` on the quick grid, 3 repetitions (resumable: carry out/ladder back in)
+#   step study  : notes/compile_beside_study.py, the gated cases timed with and without a compile pool beside
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -56,9 +57,14 @@ for budget in ("record", "baseline"):
 PY
   tar -C "$(dirname "$RES")" -czf "$OUT/results.tgz" "$(basename "$RES")"
   ;;
+study)
+  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
+  timed timeout "${LIMIT:-400}" python3 notes/compile_beside_study.py 2>&1 | quiet | tee "$OUT/compile_beside.log" | tail -15
+  ;;
 ladder)
+  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
   this_tree; git log --oneline -1
-  timed timeout 570 python3 -m mlagate.cli ladder --base HEAD --reps 3 --grid quick --machine h200 --out out/ladder \
+  timed timeout "${LIMIT:-550}" python3 -m mlagate.cli ladder --base HEAD --reps 3 --grid quick --machine h200 --out out/ladder \
     2>&1 | quiet | grep -v "^\[\|^ *[0-9.]*%\]" > "$OUT/ladder.log"; tail -60 "$OUT/ladder.log"
   tar -czf "$OUT/ladder.tgz" out/ladder
   ;;

@@ -1,0 +1,81 @@
+"""Does compiling TileLang kernels beside the timing move the timings? (issue 15; measure.precompile.ahead)
+
+A record compiles its kernels in parallel processes (lower CPU priority) while its worker times the cases.
+Here one process times the quick grid's gated and vendor cases round after round, at the record budget,
+in phases that alternate: A, a compile pool of precompile.default_jobs() processes compiling a share of the
+full grid's TileLang kernels into an empty TileLang cache (as a cold record does); B, nothing beside. Two
+A/B pairs (B as many rounds as A), so a drift of the GPU over the run does not read as the compile's effect. Per case: the median
+of each phase's per-timing medians, A against B, and the calls not timed because the host fell behind.
+Run: PYTHONPATH=/tmp/site:$PWD python notes/compile_beside_study.py [--pairs 2] [--kernels 60]
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+
+import torch
+
+from mlagate import config as config_mod
+from mlagate.measure import impls, precompile, timer
+from mlagate.measure.harness import Inputs
+from mlagate.kernels import mla_decode
+
+CFG = config_mod.load()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--pairs", type=int, default=2)
+    p.add_argument("--kernels", type=int, default=60, help="the full grid's first N fp16 TileLang kernels")
+    args = p.parse_args()
+    device = torch.device("cuda", 0)
+    arch = mla_decode.device_arch(device)
+    timed = [c for c in CFG.cases("quick", CFG.implementations, "cuda", ["float16"])
+             if not c.paged and CFG.budget_for(c.impl, "cuda") == "record"]
+    launches = {}
+    for case in timed:  # every timed kernel compiled and checked before the first phase
+        try:
+            launches[case] = impls.prepare(case.impl, Inputs(case, device).tensors, device)
+        except impls.Unavailable as e:
+            print(f"{case.label()}: {e}")
+    # a cache of its own: the pool compiles everything it is given, as in a cold record
+    os.environ["TILELANG_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilelang-cache-study-")
+    grid = [c for c in CFG.cases("full", CFG.implementations, "cuda", ["float16"])
+            if impls.case_kernel(c, arch) is not None]
+    kernels = list(dict.fromkeys(impls.case_kernel(c, arch) for c in grid))[:args.kernels]
+    shares = [kernels[i::args.pairs] for i in range(args.pairs)]
+    jobs = precompile.default_jobs()
+    print(f"{len(launches)} cases timed; {len(kernels)} kernels for the pool, {jobs} processes", flush=True)
+    rows = []  # (phase, case, median_ms, calls not timed)
+    for pair, share in enumerate(shares, 1):
+        pool = threading.Thread(target=precompile.precompile, args=(share, jobs), kwargs={"echo": lambda line: None})
+        t0 = time.monotonic()
+        pool.start()
+        rounds = 0
+        while pool.is_alive():
+            for case, fn in launches.items():
+                s = timer.time_gpu(fn, CFG.timing, "record", device=device)
+                rows.append((f"A{pair}", case, statistics.median(s.times_ms), s.dropped))
+            rounds += 1
+        compile_s = time.monotonic() - t0
+        print(f"pair {pair}: {len(share)} kernels compiled in {compile_s:.0f} s beside {rounds} rounds", flush=True)
+        for _ in range(rounds):
+            for case, fn in launches.items():
+                s = timer.time_gpu(fn, CFG.timing, "record", device=device)
+                rows.append((f"B{pair}", case, statistics.median(s.times_ms), s.dropped))
+    for case in launches:
+        line = []
+        for pair in range(1, args.pairs + 1):
+            a = [m for ph, c, m, _ in rows if c == case and ph == f"A{pair}"]
+            b = [m for ph, c, m, _ in rows if c == case and ph == f"B{pair}"]
+            line.append(f"pair {pair}: A {statistics.median(a) * 1e3:.2f} µs vs B {statistics.median(b) * 1e3:.2f} µs "
+                        f"({100 * (statistics.median(a) / statistics.median(b) - 1):+.2f}%, n={len(a)})")
+        lost = {ph: sum(d for p, c, _, d in rows if c == case and p.startswith(ph)) for ph in "AB"}
+        print(f"{case.label()}: " + "; ".join(line) + f"; calls not timed A {lost['A']}, B {lost['B']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
