@@ -196,7 +196,7 @@ def _prefilter(cfg: Config, p: Plan, done: dict, deadline, echo) -> None:
             for sp in p.shapes for impl, config in sp.candidates.items() if (sp.folder, impl) not in done}
     if work:
         echo(f"lowering {len(work)} candidate(s) for {p.arch} on the CPU ({p.jobs} process(es))")
-    for job, lowered in in_processes(lower.lower_job, list(work), p.jobs, deadline):
+    for job, lowered in in_processes(lower.lower_job, list(work), p.jobs, lambda: _past(deadline)):
         sp, impl = work[job]
         if isinstance(lowered, Exception):  # the worker crashed: its candidate failed, not the tune
             lowered = {"error": f"lowering crashed: {type(lowered).__name__}: {lowered}"}

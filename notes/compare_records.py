@@ -2,7 +2,7 @@
 implementation; then the second record's record-budget cases in quarters of their measuring order (asv_suite:
 record budget first, by grid point), to show whether what ran beside the first quarter (a compile) moved them.
 
-    python notes/compare_records.py STORE_A STORE_B     (stores as `mlagate record --results` writes them)
+    PYTHONPATH=$PWD python notes/compare_records.py STORE_A STORE_B   (stores as `mlagate record --results` writes)
 """
 
 import glob
@@ -54,4 +54,6 @@ def main(a: str, b: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
     main(*sys.argv[1:3])

@@ -3,9 +3,10 @@
 A record compiles its kernels in parallel processes (lower CPU priority) while its worker times the cases.
 Here one process times the quick grid's gated and vendor cases round after round, at the record budget,
 in phases that alternate: A, a compile pool of precompile.default_jobs() processes compiling a share of the
-full grid's TileLang kernels into an empty TileLang cache (as a cold record does); B, nothing beside. Two
-A/B pairs (B as many rounds as A), so a drift of the GPU over the run does not read as the compile's effect. Per case: the median
-of each phase's per-timing medians, A against B, and the calls not timed because the host fell behind.
+full grid's TileLang kernels into an empty TileLang cache (as a cold record does); B, nothing beside. The
+phases run A B B A (as many rounds in each B as in the A before), so a steady drift of the GPU over the run
+cancels between the pairs instead of reading as the compile's effect. Per case: the median of each phase's
+per-timing medians, A against B, and the calls not timed because the host fell behind.
 Run: PYTHONPATH=/tmp/site:$PWD python notes/compile_beside_study.py [--pairs 2] [--kernels 60]
 """
 
@@ -50,22 +51,29 @@ def main() -> None:
     jobs = precompile.default_jobs()
     print(f"{len(launches)} cases timed; {len(kernels)} kernels for the pool, {jobs} processes", flush=True)
     rows = []  # (phase, case, median_ms, calls not timed)
+
+    def one_round(phase):
+        for case, fn in launches.items():
+            s = timer.time_gpu(fn, CFG.timing, "record", device=device)
+            rows.append((phase, case, statistics.median(s.times_ms), s.dropped))
+
+    rounds = None
     for pair, share in enumerate(shares, 1):
+        if pair % 2 == 0:  # A B, then B A: the B before this A runs as many rounds as the last A
+            for _ in range(rounds):
+                one_round(f"B{pair}")
         pool = threading.Thread(target=precompile.precompile, args=(share, jobs), kwargs={"echo": lambda line: None})
         t0 = time.monotonic()
         pool.start()
         rounds = 0
         while pool.is_alive():
-            for case, fn in launches.items():
-                s = timer.time_gpu(fn, CFG.timing, "record", device=device)
-                rows.append((f"A{pair}", case, statistics.median(s.times_ms), s.dropped))
+            one_round(f"A{pair}")
             rounds += 1
-        compile_s = time.monotonic() - t0
-        print(f"pair {pair}: {len(share)} kernels compiled in {compile_s:.0f} s beside {rounds} rounds", flush=True)
-        for _ in range(rounds):
-            for case, fn in launches.items():
-                s = timer.time_gpu(fn, CFG.timing, "record", device=device)
-                rows.append((f"B{pair}", case, statistics.median(s.times_ms), s.dropped))
+        print(f"pair {pair}: {len(share)} kernels compiled in {time.monotonic() - t0:.0f} s beside {rounds} rounds",
+              flush=True)
+        if pair % 2:
+            for _ in range(rounds):
+                one_round(f"B{pair}")
     for case in launches:
         line = []
         for pair in range(1, args.pairs + 1):

@@ -4,6 +4,7 @@ kernel edit costs one parallel compile beside the timed run, not a compile per c
 that a fault there is a printed line, never a lost record."""
 
 import dataclasses
+import json
 import os
 import threading
 import time
@@ -64,18 +65,18 @@ def on_sm_90(monkeypatch):
     monkeypatch.setattr(m, "device_arch", lambda device: "sm_90")
 
 
-def test_the_kernels_are_compiled_once_each_in_the_cases_order_within_the_deadline(on_sm_90, monkeypatch):
+def test_the_kernels_are_compiled_once_each_in_the_cases_order_until_told_to_stop(on_sm_90, monkeypatch):
     seen, lines = {}, []
 
-    def fake_precompile(kernels, jobs, echo, deadline, ready):
-        seen.update(kernels=kernels, jobs=jobs, deadline=deadline)
+    def fake_precompile(kernels, jobs, echo, stop, ready):
+        seen.update(kernels=kernels, jobs=jobs, stop=stop)
         return {kernels[-1]: "RuntimeError: boom"}
 
     monkeypatch.setattr(precompile, "precompile", fake_precompile)
-    failed = precompile.precompile_cases(QUICK + QUICK, 3, echo=lines.append, deadline=time.time() + 100)
+    timed = threading.Event()
+    failed = precompile.precompile_cases(QUICK + QUICK, 3, echo=lines.append, stop=timed.is_set)
     expected = list(dict.fromkeys(k for c in QUICK if (k := impls.case_kernel(c, "sm_90"))))
-    assert seen["kernels"] == expected and seen["jobs"] == 3
-    assert seen["deadline"] - time.monotonic() == pytest.approx(100, abs=5)  # epoch seconds -> monotonic
+    assert seen["kernels"] == expected and seen["jobs"] == 3 and seen["stop"] == timed.is_set
     last = next(c for c in QUICK if impls.case_kernel(c, "sm_90") == expected[-1])
     assert failed == {last.label(): "RuntimeError: boom"}
     assert lines[0].startswith(f"compiled {len(expected) - 1} of {len(expected)} TileLang kernels in 3 processes")
@@ -109,10 +110,10 @@ def test_no_tilelang_case_asks_for_the_gpu_or_compiles(monkeypatch):
     assert precompile.precompile_cases([c for c in QUICK if c.impl == "flash_mla"], 3) == {}
 
 
-def test_the_default_jobs_leave_two_cores_and_stay_between_2_and_16(monkeypatch):
-    for cores, jobs in ((2, 2), (8, 6), (128, 16)):
+def test_the_default_jobs_leave_a_core_per_worker_and_the_host_and_stay_between_2_and_16(monkeypatch):
+    for cores, workers, jobs in ((2, 1, 2), (8, 1, 6), (16, 1, 14), (16, 8, 7), (128, 1, 16)):
         monkeypatch.setattr(precompile.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
-        assert precompile.default_jobs() == jobs
+        assert precompile.default_jobs(workers) == jobs
 
 
 def test_the_worker_waits_for_a_kernel_until_the_compile_alongside_has_it(on_sm_90, monkeypatch):
@@ -121,7 +122,10 @@ def test_the_worker_waits_for_a_kernel_until_the_compile_alongside_has_it(on_sm_
     second = next(c for c in QUICK if impls.case_kernel(c, "sm_90") == kernels[1])
     go_on = threading.Event()
 
-    def fake_precompile(kernels, jobs, echo, deadline, ready):  # the first kernel at once, the rest once told
+    stops = []
+
+    def fake_precompile(kernels, jobs, echo, stop, ready):  # the first kernel at once, the rest once told
+        stops.append(stop)
         for n, kernel in enumerate(kernels):
             if n == 1:
                 assert go_on.wait(30)
@@ -135,7 +139,14 @@ def test_the_worker_waits_for_a_kernel_until_the_compile_alongside_has_it(on_sm_
         assert precompile.wait_compiled(ready, second, "cuda:0", limit_s=0.2) >= 0.2  # not compiled yet: waits
         go_on.set()
         assert precompile.wait_compiled(ready, second, "cuda:0", limit_s=30) < 30
+        assert not stops[0]()  # the timing still runs: compiles may start
+        done = os.path.join(ready, precompile.DONE)
+        for _ in range(3000):  # the rest, before the timing ends (bounded: 60 s)
+            if os.path.exists(done):
+                break
+            time.sleep(0.02)
     assert not os.path.exists(ready)  # the folder goes with the compile
+    assert stops[0]()  # the timing is over: no compile starts
     assert lines and lines[0].startswith(f"compiled {len(kernels)} of {len(kernels)} TileLang kernels")
 
 
@@ -168,7 +179,50 @@ def test_nothing_to_wait_for_without_a_compile_or_a_tilelang_kernel(on_sm_90, mo
     assert precompile.wait_compiled(str(tmp_path), tilelang, "cuda:0") == 0
 
 
-def test_a_kernels_marker_is_the_same_in_another_process():
-    kernel = impls.case_kernel(next(c for c in QUICK if c.impl == "tilelang-seesaw" and c.paged), "sm_90")
-    [(item, name)] = list(precompile.in_processes(precompile.marker, [kernel], 2))
-    assert name == precompile.marker(kernel) and len(name) == 24
+def test_a_case_sent_to_the_worker_names_the_kernel_the_compile_marked():
+    """The worker rebuilds each case from the job's JSON (grid._worker): its kernel's marker must be the one
+    the compile wrote, for every kernel of the full grid, paged ones (their lengths a JSON list) too."""
+    full = [c for c in CFG.cases("full", CFG.implementations, "cuda", ["float16", "bfloat16"])
+            if impls.case_kernel(c, "sm_90")]
+    assert any(c.paged for c in full)
+    for case in full:
+        sent = Case(**json.loads(json.dumps(dataclasses.asdict(case))))
+        assert precompile.marker(impls.case_kernel(sent, "sm_90")) == precompile.marker(impls.case_kernel(case, "sm_90"))
+
+
+def test_the_worker_waits_for_each_kernel_and_warms_up_again_after_a_long_wait(monkeypatch):
+    """grid._worker, in this process, on stand-ins: the wait comes before the case's inputs and launch, and a
+    GPU left idle past IDLE_REWARM_S warms up as a process's first case does."""
+    import io
+    import sys
+
+    from mlagate.measure import harness, timer
+
+    events = []
+    waits = {1024: 0.0, 2048: 5.0}
+    monkeypatch.setattr(environment, "device", lambda: "cuda:0")
+    monkeypatch.setattr(precompile, "wait_compiled",
+                        lambda ready, case, device: events.append(("wait", ready, case.seqlen)) or waits[case.seqlen])
+    monkeypatch.setattr(timer, "rewarm", lambda device: events.append(("rewarm", device)))
+
+    class FakeInputs:
+        def __init__(self, case, device):
+            self.point = grid.point(case)
+            events.append(("inputs", case.seqlen))
+
+    monkeypatch.setattr(harness, "Inputs", FakeInputs)
+    monkeypatch.setattr(harness, "measure_case", lambda case, timing, inputs, device, budget: events.append(
+        ("measure", case.seqlen)) or grid.CaseResult(case, grid.RunStatus.SKIPPED, "stand-in"))
+    cases = [Case("tilelang-seesaw", 64, s, "float16") for s in (1024, 2048)]
+    job = {"timing": dataclasses.asdict(CFG.timing), "deadline": None, "compiled": "/the/compile's/folder",
+           "cases": [[i, dataclasses.asdict(c), "record"] for i, c in enumerate(cases)]}
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(job)))
+    grid._worker()
+    assert events == [("wait", "/the/compile's/folder", 1024), ("inputs", 1024), ("measure", 1024),
+                      ("wait", "/the/compile's/folder", 2048), ("rewarm", "cuda:0"), ("inputs", 2048),
+                      ("measure", 2048)]
+
+
+def test_an_orphaned_worker_stops_waiting_when_the_compiles_folder_is_gone(on_sm_90, tmp_path):
+    case = next(c for c in QUICK if c.impl == "tilelang-hopper")
+    assert precompile.wait_compiled(str(tmp_path / "removed"), case, "cuda:0", limit_s=30) < 30

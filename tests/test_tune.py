@@ -346,12 +346,14 @@ def test_a_table_that_does_not_load_or_an_out_of_another_kernel_exits_2(monkeypa
     assert "is a tune of another kernel, GPU or settings (kernel_sha256: was '0000" in capsys.readouterr().err
 
 
-def test_the_process_pool_reports_errors_per_item_and_starts_nothing_past_the_deadline():
+def test_the_process_pool_reports_errors_per_item_and_starts_nothing_once_told_to_stop():
     assert dict(in_processes(math.factorial, [3, 4], 2)) == {3: 6, 4: 24}
     (item, error), = in_processes(math.factorial, [-1], 1)
     assert item == -1 and isinstance(error, ValueError)
-    assert list(in_processes(math.factorial, [3], 1, deadline=0)) == []
-    assert list(in_processes(math.factorial, [3, 4], 2, deadline=0)) == []
+    assert list(in_processes(math.factorial, [3], 1, stop=lambda: True)) == []
+    assert list(in_processes(math.factorial, [3, 4], 2, stop=lambda: True)) == []
+    asked = []  # asked before each start: two items, two questions, the second one answered "stop"
+    assert list(in_processes(math.factorial, [3, 4], 1, stop=lambda: asked.append(1) or len(asked) > 1)) == [(3, 6)]
 
 
 def test_a_table_given_by_name_must_exist_except_to_be_written(monkeypatch, tmp_path, perf_yml, fake_lowering,

@@ -41,7 +41,7 @@ def run(args, cfg) -> int:
     env_start = environment.environment()
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=_console(), transient=False)
-    with precompile.ahead(cases, precompile.default_jobs()) as compiled, progress:
+    with precompile.ahead(cases, precompile.default_jobs(len(gpus or [0]))) as compiled, progress:
         task = progress.add_task("benchmark", total=len(cases))
 
         def on_result(result):

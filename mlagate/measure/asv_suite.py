@@ -82,7 +82,7 @@ def measure_grid() -> dict:
         deadline -= ASV_S_PER_CASE * len(cases(sharded=False))
     gpus = grid.parse_gpus(os.environ.get(GPUS_ENV))
     # stderr: asv shows it (--show-stderr), and keeps a benchmark's stdout to itself
-    with precompile.ahead(ordered, precompile.default_jobs(), echo=_to_stderr, deadline=deadline) as compiled:
+    with precompile.ahead(ordered, precompile.default_jobs(len(gpus or [0])), echo=_to_stderr) as compiled:
         results = grid.run_cases(ordered, cfg.timing, budgets=[budgets[c] for c in ordered], deadline=deadline,
                                  gpus=gpus, compiled=compiled)
     results = grid.add_metrics(results, vendor=cfg.platform(here).vendor)

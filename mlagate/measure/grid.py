@@ -24,6 +24,7 @@ from mlagate.measure.shards import point
 
 MARK = "@@mlagate "  # prefixes the worker's protocol lines; libraries may print too
 CUDA_FAULT_EXIT = 3
+IDLE_REWARM_S = 1.0  # a GPU left idle this long while the worker waited for a compile warms up again
 
 
 def estimated_cost(case: Case) -> float:
@@ -246,6 +247,7 @@ def _worker():
     from mlagate.measure.harness import Inputs, measure_case
     from mlagate.measure.environment import device as gpu
     from mlagate.measure.precompile import wait_compiled
+    from mlagate.measure.timer import rewarm
 
     job = json.load(sys.stdin)
     timing = timing_from_dict(job["timing"])
@@ -263,7 +265,8 @@ def _worker():
             continue
         try:
             device = device or gpu()
-            wait_compiled(job.get("compiled"), case, device)
+            if wait_compiled(job.get("compiled"), case, device) > IDLE_REWARM_S:
+                rewarm(device)
             if inputs is None or inputs.point != point(case):
                 inputs = None  # free the last problem's tensors first
                 torch.cuda.empty_cache()

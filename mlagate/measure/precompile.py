@@ -33,15 +33,15 @@ def _died(pool) -> ProcessDied:
     return ProcessDied(f"the process running it died with exit code {code}" + (f" ({name})" if name else ""))
 
 
-def in_processes(fn, items: list, jobs: int, deadline: float | None = None):
+def in_processes(fn, items: list, jobs: int, stop=None):
     """(item, fn(item), or the exception it raised) as each finishes, in ``jobs`` spawned processes (in this
-    one for ``jobs`` 1); none starts after ``deadline`` (time.monotonic()).
+    one for ``jobs`` 1); none starts once ``stop()`` is true.
 
     Each process is a pool of its own that runs one item at a time, so a process that dies (a segfault, the
     OOM killer) fails only the item it was running, as ProcessDied; a fresh process takes the next item."""
 
     def past() -> bool:
-        return deadline is not None and time.monotonic() > deadline
+        return stop is not None and stop()
 
     if jobs == 1:
         for item in items:
@@ -96,13 +96,13 @@ def compile_one(kernel) -> None:
         mla_decode.compiled(*kernel)
 
 
-def precompile(kernels, jobs: int, echo=print, deadline: float | None = None, ready: str | None = None) -> dict:
-    """Compile each kernel of ``kernels`` (compile_one's) in ``jobs`` processes, none started after ``deadline``
-    (time.monotonic()), marking each finished one in the folder ``ready`` (wait_compiled); {kernel: error text}
-    of those that failed (the timed run then reports the case itself)."""
+def precompile(kernels, jobs: int, echo=print, stop=None, ready: str | None = None) -> dict:
+    """Compile each kernel of ``kernels`` (compile_one's) in ``jobs`` processes, none started once ``stop()`` is
+    true, marking each finished one in the folder ``ready`` (wait_compiled); {kernel: error text} of those that
+    failed (the timed run then reports the case itself)."""
     kernels = list(dict.fromkeys(kernels))
     failed = {}
-    for n, (kernel, outcome) in enumerate(in_processes(compile_one, kernels, jobs, deadline), 1):
+    for n, (kernel, outcome) in enumerate(in_processes(compile_one, kernels, jobs, stop), 1):
         if isinstance(outcome, Exception):
             failed[kernel] = f"{type(outcome).__name__}: {str(outcome)[-300:]}"
         if ready:
@@ -111,18 +111,18 @@ def precompile(kernels, jobs: int, echo=print, deadline: float | None = None, re
     return failed
 
 
-def default_jobs() -> int:
-    """Compiling processes for a record or a bench: the cores this process may use but two (one GPU's worker
-    and the host), at least 2 (each compile in a process of its own: a compiler crash takes only its kernel),
-    at most 16 (each holds torch and TileLang, ~1 GB)."""
+def default_jobs(workers: int = 1) -> int:
+    """Compiling processes for a record or a bench: the cores this process may use but one per measuring
+    worker (one per GPU) and one for the host, at least 2 (each compile in a process of its own: a compiler
+    crash takes only its kernel), at most 16 (each holds torch and TileLang, ~1 GB)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    return max(2, min(16, cores - 2))
+    return max(2, min(16, cores - workers - 1))
 
 
-def precompile_cases(cases, jobs: int, echo=print, deadline: float | None = None, ready: str | None = None) -> dict:
+def precompile_cases(cases, jobs: int, echo=print, stop=None, ready: str | None = None) -> dict:
     """Compile the TileLang kernels ``cases`` launch on this GPU (measure.impls.case_kernel), in ``cases``'
-    order, in ``jobs`` processes, none started after ``deadline`` (epoch seconds), each marked in ``ready`` when
-    done (ahead): a kernel edit then costs one parallel compile instead of one compile per case inside the timed
+    order, in ``jobs`` processes, none started once ``stop()`` is true, each marked in ``ready`` when done
+    (ahead): a kernel edit then costs one parallel compile instead of one compile per case inside the timed
     run. Only a head start: a fault here is one printed line, and the timed run reports each case's own.
     Returns {case label: why} of the failures."""
     from mlagate.case import TILELANG_PREFIX
@@ -140,11 +140,9 @@ def precompile_cases(cases, jobs: int, echo=print, deadline: float | None = None
         for c in cases:
             kernels.setdefault(impls.case_kernel(c, arch), c)
         kernels.pop(None, None)
-        failed = precompile(list(kernels), jobs, echo=lambda line: None,
-                            deadline=None if deadline is None else start + deadline - time.time(), ready=ready)
+        failed = precompile(list(kernels), jobs, echo=lambda line: None, stop=stop, ready=ready)
     except Exception as e:  # noqa: BLE001 - a head start, not a measurement: the timed run reports the cases
-        echo(f"compiling the TileLang kernels beside the timing failed ({type(e).__name__}: {e}); "
-             "each case compiles its own")
+        echo(_head_start_lost(e))
         return {}
     echo(f"compiled {len(kernels) - len(failed)} of {len(kernels)} TileLang kernels in {jobs} processes "
          f"({time.monotonic() - start:.0f} s) beside the timing"
@@ -163,17 +161,22 @@ def marker(kernel) -> str:
     return hashlib.sha1(repr(kernel).encode()).hexdigest()[:24]
 
 
+def _head_start_lost(e: Exception) -> str:
+    return f"compiling the TileLang kernels beside the timing failed ({type(e).__name__}: {e}); each case compiles its own"
+
+
 @contextlib.contextmanager
-def ahead(cases, jobs: int, echo=print, deadline: float | None = None):
+def ahead(cases, jobs: int, echo=print):
     """precompile_cases in a thread while the caller times ``cases``: timing starts at once instead of after the
-    whole grid's compile. Yields the folder whose files say which kernels are done (wait_compiled)."""
+    whole grid's compile. Yields the folder whose files say which kernels are done (wait_compiled). No deadline:
+    the gated cases are always timed, so their kernels are needed; once the timing is over, no compile starts."""
+    timed = threading.Event()
     with tempfile.TemporaryDirectory(prefix="mlagate-compiled-") as ready:
         def compile_all():
             try:
-                precompile_cases(cases, jobs, echo, deadline, ready=ready)
+                precompile_cases(cases, jobs, echo, stop=timed.is_set, ready=ready)
             except Exception as e:  # noqa: BLE001 - a head start: the worker compiles what it waited for in vain
-                echo(f"compiling the TileLang kernels beside the timing failed ({type(e).__name__}: {e}); "
-                     "each case compiles its own")
+                echo(_head_start_lost(e))
             finally:
                 open(os.path.join(ready, DONE), "w").close()
 
@@ -182,6 +185,7 @@ def ahead(cases, jobs: int, echo=print, deadline: float | None = None):
         try:
             yield ready
         finally:
+            timed.set()
             thread.join()
 
 
@@ -202,6 +206,7 @@ def wait_compiled(ready: str | None, case, device, limit_s: float = WAIT_LIMIT_S
         return 0.0
     start = time.monotonic()
     files = (os.path.join(ready, marker(kernel)), os.path.join(ready, DONE))
-    while not any(os.path.exists(f) for f in files) and time.monotonic() - start < limit_s:
+    # a folder gone: the record that made it is over (killed, say); this worker is an orphan, not a waiter
+    while os.path.isdir(ready) and not any(os.path.exists(f) for f in files) and time.monotonic() - start < limit_s:
         time.sleep(POLL_S)
     return time.monotonic() - start

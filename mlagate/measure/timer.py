@@ -96,6 +96,14 @@ _warm = set()  # devices this process has warmed up for timing.warmup_ms
 _probes = {}
 
 
+def rewarm(device) -> None:
+    """The GPU sat idle (a worker waited for a kernel's compile): this process's next case on it warms up for
+    timing.warmup_ms, as its first did."""
+    import torch
+
+    _warm.discard(torch.device(device).index)
+
+
 def probe(device) -> clocks.ClockProbe:
     """This process's clock probe for a torch device (opened once)."""
     if device.index not in _probes:
