@@ -6,6 +6,8 @@
 #   step speed : notes/seesaw_probe.py speed (a quick A/B; SPEED_ARGS narrows it, e.g. "--heads 128")
 #   step variant : the seesaw with VARIANT (a patch, default notes/seesaw_variants/prefetch.diff) compiled and
 #                timed beside the committed one and FlashMLA, 128 heads (VARIANT_ARGS overrides the narrowing)
+#   step fixed : notes/seesaw_fixed_cost.py, the seesaw, hopper and FlashMLA from 512 to 16384 tokens at b64 h128:
+#                fixed cost per launch against cost per token
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -34,6 +36,10 @@ variant)
     --jobs 15 2>&1 | quiet | tail -3
   timed timeout 300 python3 notes/seesaw_probe.py speed --variant "$v" $narrow --impl flash_mla \
     --out "$OUT/variant.json" 2>&1 | quiet | tee "$OUT/variant.log" | tail -40
+  ;;
+fixed)
+  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
+  timed timeout 300 python3 notes/seesaw_fixed_cost.py 2>&1 | quiet | tee "$OUT/fixed_cost.log" | tail -20
   ;;
 speed)
   timed timeout 500 python3 notes/seesaw_probe.py speed ${SPEED_ARGS:-} --out "$OUT/speed.json" 2>&1 | quiet \
