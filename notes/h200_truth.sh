@@ -5,6 +5,7 @@
 #                 (unpacks core when /tmp/site lacks it: carry .gpu/p2)
 #   step ladder : `mlagate ladder` on the quick grid, 3 repetitions (resumable: carry out/ladder back in)
 #   step study  : notes/compile_beside_study.py, the gated cases timed with and without a compile pool beside
+#   step interleave : notes/interleave_study.py, one point's cases recorded window by window against case by case
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -63,6 +64,10 @@ PY
 study)
   core
   timed timeout "${LIMIT:-400}" python3 notes/compile_beside_study.py 2>&1 | quiet | tee "$OUT/compile_beside.log" | tail -15
+  ;;
+interleave)
+  core
+  timed timeout "${LIMIT:-300}" python3 notes/interleave_study.py 2>&1 | quiet | tee "$OUT/interleave.log" | tail -12
   ;;
 ladder)
   core
