@@ -1,6 +1,6 @@
 """Compile every TileLang kernel of a grid in parallel processes, so that a following `mlagate bench` or
-`mlagate record` loads them from TileLang's disk cache (both now compile their own cases' kernels first,
-measure.precompile.precompile_cases; this also takes configs no record runs, and shows each kernel).
+`mlagate record` loads them from TileLang's disk cache (both now compile their own cases' kernels beside the
+timing, measure.precompile.ahead; this also takes configs no record runs, and shows each kernel).
 
     python notes/precompile.py --grid full [--dtype float16] [--config hopper] [--jobs 14]
 """

@@ -226,3 +226,9 @@ def test_the_worker_waits_for_each_kernel_and_warms_up_again_after_a_long_wait(m
 def test_an_orphaned_worker_stops_waiting_when_the_compiles_folder_is_gone(on_sm_90, tmp_path):
     case = next(c for c in QUICK if c.impl == "tilelang-hopper")
     assert precompile.wait_compiled(str(tmp_path / "removed"), case, "cuda:0", limit_s=30) < 30
+
+
+def test_the_compiling_processes_run_at_a_lower_priority():
+    """The measuring worker shares the host with them and must keep the GPU's queue ahead."""
+    [(item, niceness)] = list(precompile.in_processes(os.nice, [0], 2))  # os.nice(0): the process's niceness
+    assert niceness == os.nice(0) + precompile.NICE

@@ -151,7 +151,7 @@ def precompile_cases(cases, jobs: int, echo=print, stop=None, ready: str | None 
 
 
 NICE = 10  # added to the compiling processes' niceness
-DONE = "compiling-stopped"  # ahead's last file in its folder: every kernel compiled, failed, or past the deadline
+DONE = "compiling-stopped"  # ahead's last file in its folder: every kernel compiled or failed, or the timing over
 WAIT_LIMIT_S = 600.0  # a compile that hangs past this is the launch's to redo, as without ahead
 POLL_S = 0.02
 
