@@ -4,8 +4,8 @@ The slowdown is a spin of GPU clock cycles at the start of every block of the ga
 (each gated schedule's kernel file with a block appended: mlagate/decide/ladder.py). Calibration first, once per
 ladder on the GPU: for each case, the base commit's kernel against a probe commit's (the same kernel with a
 spin of about 8% of the case's time), alternated; from those medians the cycles that add each step's x%.
-Then one throw-away commit per step on top of base (a comment for 0%, the spin for the others), each measured
-once more against base, alternated: that measured share is the step's injected value. Every commit is kept by
+Then one throw-away commit per step on top of base (a comment for 0%, the spin for the others), each alternated
+with base on its own (as the gate re-measures): that measured share is the step's injected value. Each is kept by
 a ref under refs/mlagate/ladder/. Each repetition records base and every step's commit through the normal
 `record` path into a store of its own and gates each step against base with --confirm. Every finished step
 is a JSON file in its repetition's folder, so a killed ladder started again with the same arguments and --out
@@ -33,7 +33,7 @@ from mlagate.measure.impls import TILELANG_PREFIX
 from mlagate.measure.summary import median
 
 REF_ROOT = "refs/mlagate/ladder"
-CALIBRATION_VERSION = 2  # 1: a spin launched after the kernel (its cycles mean nothing to version 2)
+CALIBRATION_VERSION = 3  # 1: a spin launched after the kernel; 2: every step timed in one alternation with base
 CALIBRATION_ROUNDS = 20  # alternated rounds per calibration measurement (the gate's re-measure has 10)
 # The throw-away commits: a fixed identity, no hooks, no signing, whatever the user's git config says.
 GIT_SETTINGS = ("-c", "user.name=mlagate ladder", "-c", "user.email=mlagate-ladder@localhost",
@@ -163,14 +163,15 @@ def calibrate(cfg: Config, p: Plan, echo) -> dict:
                                   "steps": {ladder.step_name(s): {"cycles": ladder.cycles_for(s, fitted["base"], slope)
                                                                   if s > 0 else None} for s in p.steps}}
     commits = step_commits(p, run_id, per_case)
-    for case in p.cases:
+    spun = {ladder.step_name(s): c for s, c in commits.items() if s > 0}
+    for case in p.cases:  # each step on its own against base, as the gate's re-measure times a change
         echo(f"measuring each step's spin on {case.label()} against base ({CALIBRATION_ROUNDS} alternated rounds)")
-        spun = {ladder.step_name(s): c for s, c in commits.items() if s > 0}
-        verified = _medians(_timed(cfg, {"base": p.base, **spun}, case, device))
         mine = per_case[case.label()]
-        mine["verify_medians_s"] = verified
+        mine["verify_medians_s"] = {name: _medians(_timed(cfg, {"base": p.base, "step": commit}, case, device))
+                                    for name, commit in spun.items()}
         for name, step in mine["steps"].items():  # 0: a comment, nothing added
-            step["injected"] = verified[name] / verified["base"] - 1 if name in spun else 0.0
+            pair = mine["verify_medians_s"].get(name)
+            step["injected"] = pair["step"] / pair["base"] - 1 if pair else 0.0
     return {"run_id": run_id, **p.identity(), "probe_commit": probe,
             "rounds": CALIBRATION_ROUNDS, "cases_calibrated": per_case}
 
@@ -260,10 +261,9 @@ def run_step(cfg: Config, p: Plan, calibration: dict, rep: int, step: float, com
     from mlagate.gate import run_gate
 
     name, folder = ladder.step_name(step), p.out / f"rep{rep}"
-    done = folder / f"step{name}.json"
+    done, results = folder / f"step{name}.json", folder / "results"
     if done.exists():
         return json.loads(done.read_text())
-    results = folder / "results"
     for rev in (p.base, commit):
         _record_once(rev, results, p, echo)
     echo(f"rep {rep}, step {name}%: gating {commit[:10]} against base {p.base[:10]}")
