@@ -4,8 +4,8 @@
 #                (fp16, bf16) precompiled; the GPU test suite
 #   step bench : both configs' kernels precompiled (the tree's seesaw may be new), then `mlagate bench` over the full grid, fp16 and bf16: tilelang-seesaw, tilelang-hopper, FlashMLA
 #   step speed : notes/seesaw_probe.py speed (a quick A/B; SPEED_ARGS narrows it, e.g. "--heads 128")
-#   step variant : the seesaw with VARIANT (a patch, default notes/seesaw_variants/prefetch.diff) compiled and
-#                timed beside the committed one and FlashMLA, 128 heads (VARIANT_ARGS overrides the narrowing)
+#   step variant : the seesaw with each patch in VARIANT (space-separated; default notes/seesaw_variants/prefetch.diff)
+#                compiled and timed beside the committed one and FlashMLA, 128 heads (VARIANT_ARGS overrides that)
 #   step fixed : notes/seesaw_fixed_cost.py, the seesaw, hopper and FlashMLA from 512 to 16384 tokens at b64 h128:
 #                fixed cost per launch against cost per token
 set -uo pipefail
@@ -31,11 +31,14 @@ bench)
   ;;
 variant)
   [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
-  v=${VARIANT:-notes/seesaw_variants/prefetch.diff}; narrow=${VARIANT_ARGS:---heads 128}
-  timed timeout 250 python3 notes/seesaw_probe.py compile --variant "$v" $narrow --dtype float16 --dtype bfloat16 \
-    --jobs 15 2>&1 | quiet | tail -3
-  timed timeout 300 python3 notes/seesaw_probe.py speed --variant "$v" $narrow --impl flash_mla \
-    --out "$OUT/variant.json" 2>&1 | quiet | tee "$OUT/variant.log" | tail -40
+  narrow=${VARIANT_ARGS:---heads 128}
+  for v in ${VARIANT:-notes/seesaw_variants/prefetch.diff}; do  # one or more patches, each its own A/B
+    n=$(basename "$v" .diff)
+    timed timeout 250 python3 notes/seesaw_probe.py compile --variant "$v" $narrow --dtype float16 --dtype bfloat16 \
+      --jobs 15 2>&1 | quiet | tail -3
+    timed timeout 300 python3 notes/seesaw_probe.py speed --variant "$v" $narrow --impl flash_mla \
+      --out "$OUT/variant_$n.json" 2>&1 | quiet | tee "$OUT/variant_$n.log" | tail -40
+  done
   ;;
 fixed)
   [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ

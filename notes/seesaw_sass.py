@@ -1,0 +1,64 @@
+"""Issue 16 on a CPU: the seesaw (or a variant patch of it) lowered and compiled for one shape, with the SASS
+counts that tell whether nvcc kept the warps converged: WARPSYNC before the wgmma groups and named barriers,
+BRA.DIV (a divergence check before a shuffle), registers and spills.
+
+The rejected prefetch variant (2026-12-01, 6-8% slower on the H200) shows why this matters: its loop is the
+committed one, yet nvcc put 44 WARPSYNC.ALL and 22 WARPSYNC.COLLECTIVE in it against 2 and 0, at 246
+registers against 224 (b64 s4096 h128 bf16, nvcc 13.0).
+
+    PYTHONPATH=$PWD python notes/seesaw_sass.py [--variant notes/seesaw_variants/X.diff] [--shape 64,4096,128,bfloat16]
+"""
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+COUNTS = ("WARPSYNC.ALL", "WARPSYNC.COLLECTIVE", "BRA.DIV", "BAR.SYNC", "HGMMA", "UTMALDG")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--variant", help="a patch of kernels/mla_decode_seesaw.py (as notes/seesaw_probe.py takes)")
+    parser.add_argument("--shape", default="64,4096,128,bfloat16", help="batch,seqlen,heads,dtype")
+    parser.add_argument("--keep", help="folder to write the lowered .cu and the .sass into")
+    args = parser.parse_args()
+
+    from mlagate.build import toolchain
+    from mlagate.kernels import mla_decode as m
+
+    if args.variant:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import seesaw_probe
+
+        m.schedule_modules["seesaw"] = seesaw_probe.variant_module(args.variant)
+    batch, seqlen, heads, dtype = args.shape.split(",")
+    p = m.plan(m.Shape(batch=int(batch), seqlen=int(seqlen), heads=int(heads), dtype=dtype), m.SEESAW, "sm_90a")
+    source = m.lowered(p, "sm_90a").kernel_source
+    tools = toolchain.cuda_toolchain()
+    with tempfile.TemporaryDirectory(prefix="seesaw-sass-") as tmp:
+        cu, cubin = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
+        cu.write_text(source)
+        built = subprocess.run(toolchain.nvcc_command(tools, "sm_90a", cu, cubin), capture_output=True, text=True)
+        if built.returncode:
+            print(built.stderr[-3000:])
+            return 1
+        sass = subprocess.run([tools["cuobjdump"] or "cuobjdump", "-sass", str(cubin)], capture_output=True,
+                              text=True, check=True).stdout
+    if args.keep:
+        stem = Path(args.keep) / f"{Path(args.variant).stem if args.variant else 'committed'}_{args.shape.replace(',', '_')}"
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        stem.with_suffix(".cu").write_text(source)
+        stem.with_suffix(".sass").write_text(sass)
+    ptxas = [line.split(":", 1)[-1].strip() for line in (built.stdout + built.stderr).splitlines()
+             if "registers" in line or "spill" in line]
+    print(f"{args.variant or 'committed'} {args.shape}: {p.num_split} split(s), masked {p.masked}")
+    print("  " + "\n  ".join(ptxas))
+    print("  " + ", ".join(f"{key} {len(re.findall(re.escape(key), sass))}" for key in COUNTS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
