@@ -34,9 +34,9 @@ variant)
   narrow=${VARIANT_ARGS:---heads 128}
   for v in ${VARIANT:-notes/seesaw_variants/prefetch.diff}; do  # one or more patches, each its own A/B
     n=$(basename "$v" .diff)
-    timed timeout 250 python3 notes/seesaw_probe.py compile --variant "$v" $narrow --dtype float16 --dtype bfloat16 \
+    timed timeout 180 python3 notes/seesaw_probe.py compile --variant "$v" $narrow --dtype float16 --dtype bfloat16 \
       --jobs 15 2>&1 | quiet | tail -3
-    timed timeout 300 python3 notes/seesaw_probe.py speed --variant "$v" $narrow --impl flash_mla \
+    timed timeout 120 python3 notes/seesaw_probe.py speed --variant "$v" $narrow --impl flash_mla \
       --out "$OUT/variant_$n.json" 2>&1 | quiet | tee "$OUT/variant_$n.log" | tail -40
   done
   ;;

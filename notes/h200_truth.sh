@@ -36,29 +36,8 @@ record)  # on a fresh machine: TileLang's cache is cold, so the record's paralle
   t0=$(date +%s.%N)
   timed timeout "${LIMIT:-580}" python3 -m mlagate.cli record --rev HEAD --machine h200 --results "$RES" --grid full 2>&1 \
     | quiet > "$OUT/record.log"; tail -5 "$OUT/record.log"; grep -A3 "TileLang kernels" "$OUT/record.log"
-  python3 - "$t0" "$RES" <<'PY' | tee "$OUT/record_summary.txt"
-import json, statistics, sys, time, glob
-wall = time.time() - float(sys.argv[1])
-cases = json.load(open(glob.glob(sys.argv[2] + "/h200/*-cases.sidecar")[0]))["results"]
-env = json.load(open(glob.glob(sys.argv[2] + "/h200/*-env.sidecar")[0]))
-print(f"record wall time {wall:.0f} s (asv included); {len(cases)} cases")
-by = {}
-for r in cases:
-    by.setdefault(r["status"], []).append(r)
-print({k: len(v) for k, v in by.items()})
-for r in by.get("skipped", [])[:60]:
-    print("skipped:", r["impl"], r["batch"], r["seqlen"], r["heads"], r["reason"][:90])
-for r in by.get("failed", []):
-    print("failed:", r["impl"], r["batch"], r["seqlen"], r["heads"], r["reason"][:200])
-ws = [w for r in cases if r.get("samples") for w in r["samples"]["windows"]]
-mhz = [w["sm_mhz"] for w in ws if w["sm_mhz"]]
-print(f"windows {len(ws)}, dropped {sum(not w['kept'] for w in ws)}, SM clock {min(mhz):.0f}-{max(mhz):.0f} MHz, "
-      f"median {statistics.median(mhz):.0f}; throttle reasons seen {sorted({t for w in ws for t in w['throttle']})}")
-print("clock control:", env["start"].get("clock_control"))
-for budget in ("record", "baseline"):
-    n = [len(r["samples"]["windows"]) for r in cases if r.get("samples") and r["samples"]["budget"] == budget]
-    print(f"{budget}: {len(n)} cases")
-PY
+  python3 notes/record_summary.py "$RES" "$(python3 -c "import sys, time; print(time.time() - float(sys.argv[1]))" "$t0")" \
+    | tee "$OUT/record_summary.txt"
   tar -C "$(dirname "$RES")" -czf "$OUT/results.tgz" "$(basename "$RES")"
   ;;
 study)

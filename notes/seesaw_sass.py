@@ -1,6 +1,6 @@
-"""Issue 16 on a CPU: the seesaw (or a variant patch of it) lowered and compiled for one shape, with the SASS
-counts that tell whether nvcc kept the warps converged: WARPSYNC before the wgmma groups and named barriers,
-BRA.DIV (a divergence check before a shuffle), registers and spills.
+"""Issue 16 on a CPU: the seesaw (or a variant patch of it) lowered and compiled for one shape, with what tells
+per kernel whether nvcc kept the warps converged: WARPSYNC before the wgmma groups and named barriers, BRA.DIV
+(a divergence check before a shuffle), registers and spills (mlagate build's own nvcc flags and parsers).
 
 The rejected prefetch variant (2026-12-01, 6-8% slower on the H200) shows why this matters: its loop is the
 committed one, yet nvcc put 44 WARPSYNC.ALL and 22 WARPSYNC.COLLECTIVE in it against 2 and 0, at 246
@@ -10,13 +10,12 @@ registers against 224 (b64 s4096 h128 bf16, nvcc 13.0).
 """
 
 import argparse
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-COUNTS = ("WARPSYNC.ALL", "WARPSYNC.COLLECTIVE", "BRA.DIV", "BAR.SYNC", "HGMMA", "UTMALDG")
+INSTRUCTIONS = ("WARPSYNC.ALL", "WARPSYNC.COLLECTIVE", "BRA.DIV", "BAR.SYNC", "HGMMA", "UTMALDG")
 
 
 def main():
@@ -26,7 +25,7 @@ def main():
     parser.add_argument("--keep", help="folder to write the lowered .cu and the .sass into")
     args = parser.parse_args()
 
-    from mlagate.build import toolchain
+    from mlagate.build import analyse, toolchain
     from mlagate.kernels import mla_decode as m
 
     if args.variant:
@@ -52,11 +51,12 @@ def main():
         stem.parent.mkdir(parents=True, exist_ok=True)
         stem.with_suffix(".cu").write_text(source)
         stem.with_suffix(".sass").write_text(sass)
-    ptxas = [line.split(":", 1)[-1].strip() for line in (built.stdout + built.stderr).splitlines()
-             if "registers" in line or "spill" in line]
+    resources = analyse.parse_ptxas(built.stdout + built.stderr)
     print(f"{args.variant or 'committed'} {args.shape}: {p.num_split} split(s), masked {p.masked}")
-    print("  " + "\n  ".join(ptxas))
-    print("  " + ", ".join(f"{key} {len(re.findall(re.escape(key), sass))}" for key in COUNTS))
+    for kernel, counts in analyse.count_sass(sass, INSTRUCTIONS).items():
+        r = resources.get(kernel, {})
+        print(f"  {kernel}: {r.get('registers')} registers, spills {r.get('spill_stores')}/{r.get('spill_loads')}; "
+              + ", ".join(f"{key} {n}" for key, n in counts.items()))
     return 0
 
 

@@ -84,6 +84,14 @@ def test_matrix_instruction_counts_from_sass_and_ptx():
                                              "main_split_kernel_1": {"HGMMA": 0, "HMMA": 1}}
 
 
+def test_sass_counts_any_named_instruction_and_its_modifiers_only_where_named():
+    sass = SASS_SAMPLE + ("        /*2a10*/                   WARPSYNC.ALL ;\n"
+                          "        /*2a20*/                   WARPSYNC.COLLECTIVE R200, 0xd880 ;\n"
+                          "        /*2a30*/                   BAR.SYNC.DEFER_BLOCKING 0x4, 0x80 ;\n")
+    got = analyse.count_sass(sass, ("WARPSYNC.ALL", "WARPSYNC", "BAR.SYNC", "HMMA"))["main_split_kernel"]
+    assert got == {"WARPSYNC.ALL": 1, "WARPSYNC": 2, "BAR.SYNC": 1, "HMMA": 1}  # HMMA is not HGMMA
+
+
 def test_static_shared_memory_and_unknown_types():
     src = ('extern "C" __global__ void __launch_bounds__(384, 1) k(float* x) {\n'
            "  extern __shared__ __align__(1024) uchar buf_dyn_shmem[];\n"

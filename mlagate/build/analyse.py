@@ -80,16 +80,18 @@ def parse_ptxas(text: str) -> dict:
     return out
 
 
-def count_sass(text: str) -> dict:
-    """cuobjdump -sass output -> {function: {"HGMMA": n, "HMMA": n}}."""
+def count_sass(text: str, instructions=("HGMMA", "HMMA")) -> dict:
+    """cuobjdump -sass output -> {function: {instruction: n}}; an instruction is named with as many of its
+    modifiers as matter ("HGMMA", "WARPSYNC.ALL")."""
+    found = {instr: re.compile(rf"\b{re.escape(instr)}[.\s;]") for instr in instructions}
     out, name = {}, None
     for line in text.splitlines():
         if m := re.search(r"Function : (\w+)", line):
             name = m.group(1)
-            out[name] = {"HGMMA": 0, "HMMA": 0}
+            out[name] = dict.fromkeys(instructions, 0)
         elif name:
-            for instr in ("HGMMA", "HMMA"):
-                if re.search(rf"\b{instr}\.", line):
+            for instr, pattern in found.items():
+                if pattern.search(line):
                     out[name][instr] += 1
     return out
 
