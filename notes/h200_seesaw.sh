@@ -6,6 +6,7 @@
 #   step speed : notes/seesaw_probe.py speed (a quick A/B; SPEED_ARGS narrows it, e.g. "--heads 128")
 #   step variant : the seesaw with each patch in VARIANT (space-separated; default notes/seesaw_variants/prefetch.diff)
 #                compiled and timed beside the committed one and FlashMLA, 128 heads (VARIANT_ARGS overrides that)
+#   step profile : notes/launch_profile.py, b64 h128 bf16: each call's kernels (CUPTI) against its event time
 #   step fixed : notes/seesaw_fixed_cost.py, the seesaw, hopper and FlashMLA from 512 to 16384 tokens at b64 h128:
 #                fixed cost per launch against cost per token
 set -uo pipefail
@@ -39,6 +40,11 @@ variant)
     timed timeout 120 python3 notes/seesaw_probe.py speed --variant "$v" $narrow --impl flash_mla \
       --out "$OUT/variant_$n.json" 2>&1 | quiet | tee "$OUT/variant_$n.log" | tail -40
   done
+  ;;
+profile)  # is the seesaw's extra fixed cost inside its kernel or around it (launch latency; FlashMLA uses PDL)
+  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
+  timed timeout 200 python3 notes/launch_profile.py --seqlen 1024 --seqlen 4096 --seqlen 16384 2>&1 | quiet \
+    | tee "$OUT/launch_profile.log" | tail -10
   ;;
 fixed)
   [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
