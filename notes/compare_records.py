@@ -5,20 +5,18 @@ record budget first, by grid point), to show whether what ran beside the first q
     PYTHONPATH=$PWD python notes/compare_records.py STORE_A STORE_B   (stores as `mlagate record --results` writes)
 """
 
-import glob
-import json
 import statistics
 import sys
 
 from mlagate.case import Case
 from mlagate.measure.shards import point
+from record_summary import load  # notes/: a store's cases sidecar
 
 KEY = ("impl", "batch", "seqlen", "dtype", "heads", "workload")
 
 
 def measured(store: str) -> list:
-    [path] = glob.glob(f"{store}/*/*-cases.sidecar")
-    return [r for r in json.load(open(path))["results"] if r["status"] == "ok"]
+    return [r for r in load(store)[0] if r["status"] == "ok"]
 
 
 def key(row) -> tuple:

@@ -50,9 +50,8 @@ def profiled(launch, flush):
             flush()
             launch()
         torch.cuda.synchronize()
-    kernels = sorted((e.name, e.time_range.start, e.time_range.end) for e in prof.events()
-                     if e.device_type.name == "CUDA" and e.time_range.elapsed_us() > 0)
-    return per_call(sorted(kernels, key=lambda k: k[1]))
+    return per_call(sorted(((e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+                            if e.device_type.name == "CUDA" and e.time_range.elapsed_us() > 0), key=lambda k: k[1]))
 
 
 def main() -> None:
