@@ -133,7 +133,7 @@ def run_ladder(cfg: Config, p: Plan, echo=print) -> dict:
             "commits": {ladder.step_name(s): c for s, c in commits.items()},
             "gate": {"screen": cfg.gate.screen, "threshold": cfg.gate.threshold, "alpha": cfg.gate.alpha},
             "tolerance_pp": ladder.TOLERANCE_PP, "calibration": calibration, "steps_run": results,
-            "table": table, "summary": ladder.summary(table, p.steps)}
+            "table": table, "summary": ladder.summary(table, p.steps), "untouched": ladder.untouched(results)}
 
 
 # -- calibration (on the GPU) ------------------------------------------------------------------

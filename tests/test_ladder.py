@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CFG = config.load()
 KERNEL = gitops.git("show", "HEAD:kernels/mla_decode.py", strip=False)
 CASES = tuple(c for c in CFG.cases("quick", ["tilelang-hopper"], "cuda") if not c.paged)
+UNSPUN = dataclasses.replace(CASES[0], workload="uniform-paged@946e5f23")
 TIME = {c.key: (100e-6 if c.batch == 64 else 160e-6) for c in CASES}  # seconds per call
 SLOPE = 1 / 1.6e9  # seconds per spun cycle: a 1.6 GHz clock
 
@@ -197,8 +198,12 @@ def test_a_gate_verdict_becomes_a_step_result_and_a_missing_case_says_so():
                   for c in CASES}
     flagged = CaseVerdict(CASES[0].key, Status.REGRESSION, reasons=[Note(Kind.LATENCY, "slower")], change=0.049,
                           flagged=True, confirmation={"change": 0.053, "p_value": 1e-9, "agrees": True})
-    verdict = Verdict(Outcome.REGRESSION, [flagged], base="b", head="h")
+    other = dataclasses.replace(CASES[0], workload="ragged-4k@0139e575")  # a kernel the spin never reaches
+    verdict = Verdict(Outcome.REGRESSION, [flagged, CaseVerdict(other.key, Status.PASS, change=0.004)], base="b",
+                      head="h")
     result = ladder.step_result(verdict, CASES, calibrated, 2, 5.0, "h" * 40)
+    assert result["untouched"] == [{"case": list(other.key), "label": other.label(), "recorded": 0.004,
+                                    "status": "pass"}]
     first, second = result["cases"]
     assert (result["rep"], result["exit_code"], result["outcome"]) == (2, 1, "regression")
     assert (first["injected"], first["recorded"], first["confirmed"], first["status"]) == (0.051, 0.049, 0.053,
@@ -333,6 +338,7 @@ def gpu(repo, clock, monkeypatch):
             cases.append(CaseVerdict(case.key, Status.REGRESSION if slow else Status.PASS, change=change,
                                      flagged=flagged, confirmation={"change": confirmed, "p_value": 1e-9}
                                      if flagged else None))
+        cases.append(CaseVerdict(UNSPUN.key, Status.PASS, change=noise))  # a gated kernel no step reaches
         outcome = Outcome.REGRESSION if any(c.status is Status.REGRESSION for c in cases) else Outcome.PASS
         return gate.GateOutput(Verdict(outcome, cases, base=base_rev, head=head_rev), "", {})
 
@@ -394,6 +400,8 @@ def test_the_ladder_calibrates_commits_records_gates_and_tabulates(gpu, repo, tm
     assert summary[2]["max_confirmed_pp"] is not None and summary[1]["max_confirmed_pp"] is None  # 1%: not flagged
     md = (out / "ladder.md").read_text()
     assert "| 2 | 8% | tilelang-hopper h=16 b=128 s=4096 float16 |" in md and "†" not in md
+    assert [(u["label"], u["n"], u["within"]) for u in doc["untouched"]] == [(UNSPUN.label(), 12, 12)]
+    assert doc["untouched"][0]["max_pp"] == pytest.approx(0.2) and "noise floor" in md
 
 
 def test_a_killed_ladder_resumes_without_redoing_finished_steps(gpu, repo, tmp_path):
@@ -480,6 +488,25 @@ def test_the_report_marks_unconfirmed_steps(tmp_path):
     assert "| 5% | 1 | 0 | 1 | 0 | +5.00% | 0.20 | 0.10 | 2 of 2 |" in md
     report.plot_png(tmp_path / "l.png", doc)
     assert (tmp_path / "l.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_untouched_cases_give_the_noise_floor_and_the_report_shows_it():
+    label = "tilelang-hopper h=16 b=64 s=4096 float16 ragged-4k@0139e575"
+    def untouched(change, status="pass"):
+        return {"case": [], "label": label, "recorded": change, "status": status}
+    runs = [{**step_doc(1, 0, 0.0, 0.001, None, "pass"), "untouched": [untouched(0.003), untouched(None, "error")]},
+            {**step_doc(1, 5, 0.05, 0.052, 0.049, "regression"), "untouched": [untouched(-0.006)]},
+            {**step_doc(2, 5, 0.05, 0.05, 0.05, "regression"), "untouched": [untouched(0.013, "regression")]},
+            step_doc(3, 5, 0.05, 0.05, 0.05, "regression")]  # a step result kept before untouched cases were
+    floor = ladder.untouched(runs)
+    assert len(floor) == 1 and (floor[0]["n"], floor[0]["within"], floor[0]["fail"]) == (3, 1, 1)
+    assert floor[0]["max_pp"] == pytest.approx(1.3) and floor[0]["rms_pp"] == pytest.approx((2.14 / 3) ** 0.5)
+    table = ladder.rows(runs)
+    doc = {"run_id": "r", "base": "b" * 40, "reps": 3, "grid": "quick", "machine": "m", "steps_run": runs,
+           "gate": {"screen": 0.0125, "threshold": 0.025}, "table": table, "summary": ladder.summary(table, (0, 5)),
+           "untouched": floor}
+    assert f"| {label} | 3 | 1.30 | 0.84 | 1 of 3 | 1 |" in report.markdown(doc)
+    assert "noise floor" not in report.markdown({**doc, "untouched": []})
 
 
 def test_fail_shares_put_the_real_ladder_on_the_detection_curve():

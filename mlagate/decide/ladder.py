@@ -9,6 +9,8 @@ points.
 
 import math
 
+from mlagate.case import case_label
+
 DEFAULT_STEPS = (0.0, 1.0, 2.0, 3.0, 5.0, 8.0)  # percent of each case's own time
 MAX_STEP = 50.0
 TOLERANCE_PP = 0.5  # where a qualified runner's measured change must land around the injected one
@@ -147,8 +149,12 @@ def step_result(verdict, cases, calibrated: dict, rep: int, step: float, commit:
                     "recorded": cv.change if cv else None, "confirmed": confirmation.get("change"),
                     "confirm_p": confirmation.get("p_value"), "status": cv.status.value if cv else "missing",
                     "reasons": [n.kind.value for n in cv.reasons] if cv else ["not in the gate's verdict"]})
+    spun = {case.key for case in cases}
+    untouched = [{"case": list(cv.case), "label": case_label(tuple(cv.case)), "recorded": cv.change,
+                  "status": cv.status.value} for cv in verdict.cases if tuple(cv.case) not in spun]
     return {"rep": rep, "step": step, "commit": commit, "outcome": verdict.outcome.value,
-            "exit_code": verdict.exit_code, "errors": [str(e) for e in verdict.errors], "cases": out}
+            "exit_code": verdict.exit_code, "errors": [str(e) for e in verdict.errors], "cases": out,
+            "untouched": untouched}
 
 
 # -- the rows -----------------------------------------------------------------------------
@@ -192,6 +198,21 @@ def summary(table: list, steps) -> list:
                     "max_confirmed_pp": _max(r["confirmed_pp"] for r in mine),
                     "measured": len(errors), "within": sum(e <= TOLERANCE_PP for e in errors)})
     return out
+
+
+def untouched(step_results: list) -> list:
+    """Per gated case that no step spins (another workload's kernel), over every rep and step: the change
+    the gate recorded for a kernel that did not change, in percentage points. The runner's noise floor, beside
+    which the injected steps' errors are read."""
+    groups = {}
+    for s in step_results:
+        for c in s.get("untouched", []):  # a step result from before 2026-12-01 kept none
+            if c["recorded"] is not None:
+                groups.setdefault(c["label"], []).append((c["recorded"] * 100, c["status"]))
+    return [{"label": label, "n": len(runs), "max_pp": max(abs(v) for v, _ in runs),
+             "rms_pp": math.sqrt(sum(v * v for v, _ in runs) / len(runs)),
+             "within": sum(abs(v) <= TOLERANCE_PP for v, _ in runs),
+             "fail": sum(status == "regression" for _, status in runs)} for label, runs in groups.items()]
 
 
 def fail_shares(table: list) -> list:
