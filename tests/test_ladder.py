@@ -198,12 +198,11 @@ def test_a_gate_verdict_becomes_a_step_result_and_a_missing_case_says_so():
                   for c in CASES}
     flagged = CaseVerdict(CASES[0].key, Status.REGRESSION, reasons=[Note(Kind.LATENCY, "slower")], change=0.049,
                           flagged=True, confirmation={"change": 0.053, "p_value": 1e-9, "agrees": True})
-    other = dataclasses.replace(CASES[0], workload="ragged-4k@0139e575")  # a kernel the spin never reaches
-    verdict = Verdict(Outcome.REGRESSION, [flagged, CaseVerdict(other.key, Status.PASS, change=0.004)], base="b",
-                      head="h")
+    cleared = CaseVerdict(UNSPUN.key, Status.PASS, change=0.013, flagged=True, confirmation={"change": -0.002})
+    verdict = Verdict(Outcome.REGRESSION, [flagged, cleared], base="b", head="h")
     result = ladder.step_result(verdict, CASES, calibrated, 2, 5.0, "h" * 40)
-    assert result["untouched"] == [{"case": list(other.key), "label": other.label(), "recorded": 0.004,
-                                    "status": "pass"}]
+    assert result["untouched"] == [{"case": list(UNSPUN.key), "label": UNSPUN.label(), "recorded": 0.013,
+                                    "confirmed": -0.002, "status": "pass"}]
     first, second = result["cases"]
     assert (result["rep"], result["exit_code"], result["outcome"]) == (2, 1, "regression")
     assert (first["injected"], first["recorded"], first["confirmed"], first["status"]) == (0.051, 0.049, 0.053,
@@ -491,21 +490,27 @@ def test_the_report_marks_unconfirmed_steps(tmp_path):
 
 
 def test_untouched_cases_give_the_noise_floor_and_the_report_shows_it():
-    label = "tilelang-hopper h=16 b=64 s=4096 float16 ragged-4k@0139e575"
-    def untouched(change, status="pass"):
-        return {"case": [], "label": label, "recorded": change, "status": status}
-    runs = [{**step_doc(1, 0, 0.0, 0.001, None, "pass"), "untouched": [untouched(0.003), untouched(None, "error")]},
-            {**step_doc(1, 5, 0.05, 0.052, 0.049, "regression"), "untouched": [untouched(-0.006)]},
-            {**step_doc(2, 5, 0.05, 0.05, 0.05, "regression"), "untouched": [untouched(0.013, "regression")]},
+    def untouched(recorded, confirmed=None, status="pass"):
+        return {"case": list(UNSPUN.key), "label": UNSPUN.label(), "recorded": recorded, "confirmed": confirmed,
+                "status": status}
+    runs = [{**step_doc(1, 0, 0.0, 0.001, None, "pass"),
+             "untouched": [untouched(0.003), untouched(None, None, "error")]},
+            {**step_doc(1, 5, 0.05, 0.052, 0.049, "regression"), "untouched": [untouched(0.006)]},
+            {**step_doc(2, 5, 0.05, 0.05, 0.05, "regression"),
+             "untouched": [untouched(-0.013, -0.007, "regression")]},
             step_doc(3, 5, 0.05, 0.05, 0.05, "regression")]  # a step result kept before untouched cases were
     floor = ladder.untouched(runs)
-    assert len(floor) == 1 and (floor[0]["n"], floor[0]["within"], floor[0]["fail"]) == (3, 1, 1)
+    assert len(floor) == 1 and (floor[0]["n"], floor[0]["confirmed"], floor[0]["measured"]) == (3, 1, 4)
+    assert (floor[0]["within"], floor[0]["fail"]) == (1, 1)
     assert floor[0]["max_pp"] == pytest.approx(1.3) and floor[0]["rms_pp"] == pytest.approx((2.14 / 3) ** 0.5)
+    assert floor[0]["max_confirmed_pp"] == pytest.approx(0.7)
     table = ladder.rows(runs)
     doc = {"run_id": "r", "base": "b" * 40, "reps": 3, "grid": "quick", "machine": "m", "steps_run": runs,
            "gate": {"screen": 0.0125, "threshold": 0.025}, "table": table, "summary": ladder.summary(table, (0, 5)),
            "untouched": floor}
-    assert f"| {label} | 3 | 1.30 | 0.84 | 1 of 3 | 1 |" in report.markdown(doc)
+    md = report.markdown(doc)
+    assert f"| {UNSPUN.label()} | 3 | 1.30 | 0.84 | 1 | 0.70 | 1 of 4 | 1 |" in md
+    assert "| case | records | max \\|recorded\\| (pp) |" in md  # a pipe in a table's header is escaped
     assert "noise floor" not in report.markdown({**doc, "untouched": []})
 
 

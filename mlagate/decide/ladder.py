@@ -150,11 +150,12 @@ def step_result(verdict, cases, calibrated: dict, rep: int, step: float, commit:
                     "confirm_p": confirmation.get("p_value"), "status": cv.status.value if cv else "missing",
                     "reasons": [n.kind.value for n in cv.reasons] if cv else ["not in the gate's verdict"]})
     spun = {case.key for case in cases}
-    untouched = [{"case": list(cv.case), "label": case_label(tuple(cv.case)), "recorded": cv.change,
-                  "status": cv.status.value} for cv in verdict.cases if tuple(cv.case) not in spun]
+    others = [{"case": list(cv.case), "label": case_label(tuple(cv.case)), "recorded": cv.change,
+               "confirmed": (cv.confirmation or {}).get("change"), "status": cv.status.value}
+              for cv in verdict.cases if tuple(cv.case) not in spun]
     return {"rep": rep, "step": step, "commit": commit, "outcome": verdict.outcome.value,
             "exit_code": verdict.exit_code, "errors": [str(e) for e in verdict.errors], "cases": out,
-            "untouched": untouched}
+            "untouched": others}
 
 
 # -- the rows -----------------------------------------------------------------------------
@@ -201,18 +202,25 @@ def summary(table: list, steps) -> list:
 
 
 def untouched(step_results: list) -> list:
-    """Per gated case that no step spins (another workload's kernel), over every rep and step: the change
-    the gate recorded for a kernel that did not change, in percentage points. The runner's noise floor, beside
-    which the injected steps' errors are read."""
+    """Per gated case that no step spins (another workload's kernel), over every rep and step: the changes
+    the gate recorded and re-measured for a kernel that did not change, in percentage points. The runner's
+    noise floor, beside which the injected steps' errors are read."""
     groups = {}
     for s in step_results:
-        for c in s.get("untouched", []):  # a step result from before 2026-12-01 kept none
+        for c in s.get("untouched", []):  # step results written before 3230a63 kept none
             if c["recorded"] is not None:
-                groups.setdefault(c["label"], []).append((c["recorded"] * 100, c["status"]))
-    return [{"label": label, "n": len(runs), "max_pp": max(abs(v) for v, _ in runs),
-             "rms_pp": math.sqrt(sum(v * v for v, _ in runs) / len(runs)),
-             "within": sum(abs(v) <= TOLERANCE_PP for v, _ in runs),
-             "fail": sum(status == "regression" for _, status in runs)} for label, runs in groups.items()]
+                groups.setdefault(c["label"], []).append(c)
+    out = []
+    for label, runs in groups.items():
+        recorded = [c["recorded"] * 100 for c in runs]
+        confirmed = [c["confirmed"] * 100 for c in runs if c.get("confirmed") is not None]
+        out.append({"label": label, "n": len(runs), "max_pp": max(abs(v) for v in recorded),
+                    "rms_pp": math.sqrt(sum(v * v for v in recorded) / len(recorded)),
+                    "confirmed": len(confirmed), "max_confirmed_pp": _max(abs(v) for v in confirmed),
+                    "measured": len(recorded) + len(confirmed),
+                    "within": sum(abs(v) <= TOLERANCE_PP for v in recorded + confirmed),
+                    "fail": sum(c["status"] == "regression" for c in runs)})
+    return out
 
 
 def fail_shares(table: list) -> list:

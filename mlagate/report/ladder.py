@@ -47,13 +47,15 @@ def markdown(doc: dict) -> str:
                      f"{_pp(s['max_confirmed_pp'])} | {s['within']} of {s['measured']} |")
     if doc.get("untouched"):
         lines += ["", "### Gated cases no step touches: the runner's noise floor", "",
-                  "The change the gate recorded, step after step, for kernels the spin never reaches (another "
-                  "workload's kernel): what the same code reads from one record to the next on this runner.", "",
-                  f"| case | records | max \\|change\\| (pp) | rms (pp) | within ±{TOLERANCE_PP:g} pp | failed |",
-                  "|---|---:|---:|---:|---:|---:|"]
+                  "The changes the gate recorded and re-measured, step after step, for kernels the spin never "
+                  "reaches (another workload's kernel): what the same code reads from one record to the next on "
+                  "this runner.", "",
+                  "| case | records | max \\|recorded\\| (pp) | rms, recorded (pp) | re-measured | "
+                  f"max \\|re-measured\\| (pp) | within ±{TOLERANCE_PP:g} pp | failed |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for u in doc["untouched"]:
-            lines.append(f"| {u['label']} | {u['n']} | {_pp(u['max_pp'])} | {_pp(u['rms_pp'])} | "
-                         f"{u['within']} of {u['n']} | {u['fail']} |")
+            lines.append(f"| {u['label']} | {u['n']} | {_pp(u['max_pp'])} | {_pp(u['rms_pp'])} | {u['confirmed']} | "
+                         f"{_pp(u['max_confirmed_pp'])} | {u['within']} of {u['measured']} | {u['fail']} |")
     errors = [(r["rep"], r["step"], e) for r in doc["steps_run"] for e in r.get("errors", [])]
     if errors:
         lines += ["", "Gate errors:", *[f"- rep {rep}, step {step_name(step)}%: {e}" for rep, step, e in errors]]
