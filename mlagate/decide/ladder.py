@@ -211,14 +211,14 @@ def untouched(step_results: list) -> list:
             if c["recorded"] is not None:
                 groups.setdefault(c["label"], []).append(c)
     out = []
-    for label, runs in groups.items():
-        recorded = [c["recorded"] * 100 for c in runs]
-        confirmed = [c["confirmed"] * 100 for c in runs if c.get("confirmed") is not None]
-        out.append({"label": label, "n": len(runs), "max_pp": max(abs(v) for v in recorded),
-                    "rms_pp": math.sqrt(sum(v * v for v in recorded) / len(recorded)),
-                    "confirmed": len(confirmed), "max_confirmed_pp": _max(abs(v) for v in confirmed),
+    for label, runs in groups.items():  # nothing injected: each change's error is its size
+        recorded = [error_pp(c["recorded"], 0.0) for c in runs]
+        confirmed = [e for c in runs if (e := error_pp(c.get("confirmed"), 0.0)) is not None]
+        out.append({"label": label, "n": len(runs), "max_pp": max(recorded),
+                    "rms_pp": math.sqrt(sum(e * e for e in recorded) / len(recorded)),
+                    "confirmed": len(confirmed), "max_confirmed_pp": _max(confirmed),
                     "measured": len(recorded) + len(confirmed),
-                    "within": sum(abs(v) <= TOLERANCE_PP for v in recorded + confirmed),
+                    "within": sum(e <= TOLERANCE_PP for e in recorded + confirmed),
                     "fail": sum(c["status"] == "regression" for c in runs)})
     return out
 
