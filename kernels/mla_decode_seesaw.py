@@ -11,7 +11,10 @@ Per pair, with m the running row max kept in shared memory:
   wg1: S1 = Q K1ᵀ; m1 = max(m0, rowmax S1); P1 = exp2(S1 - m1); O_r = O_r e(m - m1) + P1 V1_r
   wg0: O_l = O_l e(m0 - m1) + P1 V1_l         wg1: O_r += (P0 e(m0 - m1)) V0_r
 Each loads the next pair's tiles (TMA, 64-column boxes) as soon as its own reads of the old ones are done,
-and starts the next pair's scores before its last product has drained.
+and starts the next pair's scores before its last product has drained, in the order the boxes land: wg0 loads
+K0_l and K0_pe early (no product reads K0_pe) and scores them before K0_r, which wg1 can only request once its
+P0 V0_r is done; wg1 scores K1_r, its own early load, before K1_l and K1_pe. In the fixed left-right-pe order
+the wait for K0_r was warpgroup 0's largest stall (docs/measurements.md, seventh session).
 
 What the project's pipelined kernel promises, this one keeps: any seqlen (the tail is masked, a split's loop
 stops at its last pair holding tokens; a cache of one tile or less runs the pipelined kernel, mla_decode.plan),
@@ -60,18 +63,15 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
             T.barrier_arrive(ready_pe)
 
     @T.macro
-    def scores_left(Q_l, K_l, ready_l, acc_s, parity):
+    def scores_half(Q_h, K_h, ready, acc_s, parity, first):
+        """One 256-column half of the scores, box by box as each lands; ``first`` clears acc_s."""
         for j in T.unroll(k_tiles):
-            T.barrier_wait(ready_l[j], parity)
-            T.wgmma_gemm(Q_l[:, j * K_TILE:(j + 1) * K_TILE], K_l[:, j * K_TILE:(j + 1) * K_TILE], acc_s,
-                         transpose_B=True, clear_accum=(j == 0))
+            T.barrier_wait(ready[j], parity)
+            T.wgmma_gemm(Q_h[:, j * K_TILE:(j + 1) * K_TILE], K_h[:, j * K_TILE:(j + 1) * K_TILE], acc_s,
+                         transpose_B=True, clear_accum=(j == 0) if first else False)
 
     @T.macro
-    def scores_rest(Q_r, Q_pe_regs, K_r, K_pe_s, ready_r, ready_pe, acc_s, parity):
-        for j in T.unroll(k_tiles):
-            T.barrier_wait(ready_r[j], parity)
-            T.wgmma_gemm(Q_r[:, j * K_TILE:(j + 1) * K_TILE], K_r[:, j * K_TILE:(j + 1) * K_TILE], acc_s,
-                         transpose_B=True)
+    def scores_pe(Q_pe_regs, K_pe_s, ready_pe, acc_s, parity):
         T.barrier_wait(ready_pe, parity)
         T.wgmma_gemm(Q_pe_regs, K_pe_s, acc_s, transpose_B=True)
 
@@ -149,8 +149,9 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
             T.fill(l_part, 0)
             load_tile(KV, K_pe, bx, first_token + 1 * tile, K1_l, K1_r, K1_pe, k1_l_ready, k1_r_ready, k1_pe_ready,
                       True, True, True)
-            scores_left(Q_l, K0_l, k0_l_ready, acc_s, 0)
-            scores_rest(Q_r, Q_pe_regs, K0_r, K0_pe, k0_r_ready, k0_pe_ready, acc_s, 0)
+            scores_half(Q_l, K0_l, k0_l_ready, acc_s, 0, True)
+            scores_half(Q_r, K0_r, k0_r_ready, acc_s, 0, False)
+            scores_pe(Q_pe_regs, K0_pe, k0_pe_ready, acc_s, 0)
             T.wait_wgmma(0)
             for k in T.serial(n_pairs):
                 mask_tail(acc_s, first_token + (2 * k) * tile)
@@ -174,7 +175,7 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
                 T.barrier_wait(max1_ready, k % 2)
                 if k < n_pairs - 1:  # K0_l is wg0's alone: free once P0 V0_l is done
                     load_tile(KV, K_pe, bx, first_token + (2 * k + 2) * tile, K0_l, K0_r, K0_pe,
-                              k0_l_ready, k0_r_ready, k0_pe_ready, True, False, False)
+                              k0_l_ready, k0_r_ready, k0_pe_ready, True, False, True)
                 for i, j in T.Parallel(ROWS, tile):
                     P_regs[i, j] = acc_s[i, j] * rescale_1[i]
                 T.copy(P_regs, P0_s)
@@ -187,11 +188,13 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
                 T.barrier_wait(p1_ready, k % 2)
                 T.wgmma_gemm(P1_s, K1_l, acc_o)
                 if k < n_pairs - 1:
-                    scores_left(Q_l, K0_l, k0_l_ready, acc_s, (k + 1) % 2)
-                    T.wait_wgmma(k_tiles)  # P1 V1_l done; the next scores' first half may still run
+                    # the next scores in the order their tiles land: K0_l and K0_pe (loaded here), then K0_r (by wg1)
+                    scores_half(Q_l, K0_l, k0_l_ready, acc_s, (k + 1) % 2, True)
+                    scores_pe(Q_pe_regs, K0_pe, k0_pe_ready, acc_s, (k + 1) % 2)
+                    T.wait_wgmma(k_tiles + 1)  # P1 V1_l done; the next scores' first parts may still run
                     load_tile(KV, K_pe, bx, first_token + (2 * k + 3) * tile, K1_l, K1_r, K1_pe,
                               k1_l_ready, k1_r_ready, k1_pe_ready, True, False, True)
-                    scores_rest(Q_r, Q_pe_regs, K0_r, K0_pe, k0_r_ready, k0_pe_ready, acc_s, (k + 1) % 2)
+                    scores_half(Q_r, K0_r, k0_r_ready, acc_s, (k + 1) % 2, False)
                 T.wait_wgmma(0)
             T.copy(l_part, row_sum)
             T.barrier_arrive(sum0_ready)
@@ -215,8 +218,9 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
             T.fill(l_part, 0)
             load_tile(KV, K_pe, bx, first_token + 0 * tile, K0_l, K0_r, K0_pe, k0_l_ready, k0_r_ready, k0_pe_ready,
                       True, True, True)
-            scores_left(Q_l, K1_l, k1_l_ready, acc_s, 0)
-            scores_rest(Q_r, Q_pe_regs, K1_r, K1_pe, k1_r_ready, k1_pe_ready, acc_s, 0)
+            scores_half(Q_l, K1_l, k1_l_ready, acc_s, 0, True)
+            scores_half(Q_r, K1_r, k1_r_ready, acc_s, 0, False)
+            scores_pe(Q_pe_regs, K1_pe, k1_pe_ready, acc_s, 0)
             T.wait_wgmma(0)
             for k in T.serial(n_pairs):
                 mask_tail(acc_s, first_token + (2 * k + 1) * tile)
@@ -248,9 +252,11 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
                               k1_l_ready, k1_r_ready, k1_pe_ready, False, True, False)
                     T.wait_wgmma(0)  # P0 V0_r done: K0_r is free (wg0's scores of K0 finished long ago)
                     load_tile(KV, K_pe, bx, first_token + (2 * k + 2) * tile, K0_l, K0_r, K0_pe,
-                              k0_l_ready, k0_r_ready, k0_pe_ready, False, True, True)
-                    scores_left(Q_l, K1_l, k1_l_ready, acc_s, (k + 1) % 2)
-                    scores_rest(Q_r, Q_pe_regs, K1_r, K1_pe, k1_r_ready, k1_pe_ready, acc_s, (k + 1) % 2)
+                              k0_l_ready, k0_r_ready, k0_pe_ready, False, True, False)
+                    # K1_r (loaded here, above) lands before K1_l and K1_pe (by wg0, after its P1 V1_l)
+                    scores_half(Q_r, K1_r, k1_r_ready, acc_s, (k + 1) % 2, True)
+                    scores_half(Q_l, K1_l, k1_l_ready, acc_s, (k + 1) % 2, False)
+                    scores_pe(Q_pe_regs, K1_pe, k1_pe_ready, acc_s, (k + 1) % 2)
                 T.wait_wgmma(0)
             T.barrier_wait(sum0_ready, 0)
             for i in T.Parallel(ROWS):

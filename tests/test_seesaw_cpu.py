@@ -98,10 +98,13 @@ def test_splits_are_whole_pairs_of_tiles(batch, seqlen, heads, want_split, want_
     assert (p.num_split, p.split_len, p.split_len % 128) == (want_split, want_len, 0)
 
 
+SOURCE_SHAPE = m.Shape(batch=7, seqlen=30001, heads=16)
+
+
 @pytest.fixture(scope="module")
 def source():
-    """The split kernel at TP8's 16 heads, fp16, with a masked tail (odd seqlen)."""
-    return m.lower(m.Shape(batch=7, seqlen=3000, heads=16), m.SEESAW, "sm_90a")
+    """The split kernel at TP8's 16 heads, fp16, with a masked tail (odd seqlen) and 8 pairs per split."""
+    return m.lower(SOURCE_SHAPE, m.SEESAW, "sm_90a")
 
 
 def decode_body(text: str) -> str:
@@ -130,6 +133,25 @@ def test_kv_tiles_arrive_by_tma_and_the_two_warpgroups_sync_apart(source):
     assert "tma_load(KV_desc" in even and "tma_load(KV_desc" in odd
     ids = {branch: set(re.findall(r"__sync_thread_partial\((\d+), 128\)", branch)) for branch in (even, odd)}
     assert ids[even] and ids[odd] and not ids[even] & ids[odd]
+
+
+def next_pair_waits(branch: str) -> list:
+    """The barriers a warpgroup's pair loop waits on for the next pair's tiles (parity (k + 1) & 1), in order,
+    once each."""
+    loop = branch[branch.index("for (int k"):]
+    waits = re.findall(r"(k[01]_(?:l|r|pe)_ready)\[[^\]]*\]\.wait\(\(\(k(?:_\d+)? \+ 1\) & 1\)\)", loop)
+    return list(dict.fromkeys(waits))
+
+
+def test_each_warpgroup_scores_the_next_pair_in_the_order_its_tiles_land(source):
+    """Warpgroup 0 requests K0_l and K0_pe itself, early, and scores them before K0_r, which warpgroup 1 requests
+    only after its P0 V0_r; warpgroup 1 scores its own early K1_r first. With both scoring left, right, pe, the
+    wait for K0_r was warpgroup 0's largest stall (ncu on the H200, docs/measurements.md, seventh session)."""
+    even, odd = warpgroups(source)
+    assert next_pair_waits(even) == ["k0_l_ready", "k0_pe_ready", "k0_r_ready"]
+    assert next_pair_waits(odd) == ["k1_r_ready", "k1_l_ready", "k1_pe_ready"]
+    k0_pe_load = "tma_load(K_pe_desc, k0_pe_ready[0]"
+    assert k0_pe_load in even[even.index("for (int k"):] and k0_pe_load not in odd[odd.index("for (int k"):]
 
 
 def test_a_build_of_the_seesaw_for_a_gpu_it_cannot_run_on_is_refused(tmp_path, capsys):
@@ -195,7 +217,7 @@ def test_the_ladders_patched_seesaw_lowers_with_its_spin_and_other_shapes_unchan
     spun = decode_body(m.lower(listed, m.SEESAW, "sm_90a"))
     assert "clock64()" in spun and "12345" in spun
     assert spun.index("clock64()") < spun.index("tma_load")  # before the block's first load
-    assert m.lower(m.Shape(batch=7, seqlen=3000, heads=16), m.SEESAW, "sm_90a") == source
+    assert m.lower(SOURCE_SHAPE, m.SEESAW, "sm_90a") == source
     assert "clock64" not in source
 
 
