@@ -7,6 +7,8 @@
 #   step variant : the seesaw with each patch in VARIANT (space-separated; default notes/seesaw_variants/prefetch.diff)
 #                compiled and timed beside the committed one and FlashMLA, 128 heads (VARIANT_ARGS overrides that)
 #   step profile : notes/launch_profile.py, b64 h128 bf16: each call's kernels (CUPTI) against its event time
+#   step ncu : notes/ncu_probe.py under Nsight Compute (full set, cold caches), b64 s4096 h128 bf16: one launch of
+#                the seesaw and one of FlashMLA's main kernel; details and per-instruction SASS as CSV
 #   step fixed : notes/seesaw_fixed_cost.py, the seesaw, hopper and FlashMLA from 512 to 16384 tokens at b64 h128:
 #                fixed cost per launch against cost per token
 set -uo pipefail
@@ -49,6 +51,17 @@ profile)  # is the seesaw's extra fixed cost inside its kernel or around it (lau
 fixed)
   [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
   timed timeout 300 python3 notes/seesaw_fixed_cost.py 2>&1 | quiet | tee "$OUT/fixed_cost.log" | tail -20
+  ;;
+ncu)
+  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
+  ncu --version | tail -1
+  for k in main_no_split flash_fwd_splitkv_mla; do
+    timed timeout 220 ncu --clock-control none -k regex:$k --launch-skip 3 --launch-count 1 --set full \
+      --import-source yes -o "$OUT/$k" python3 notes/ncu_probe.py ${NCU_ARGS:-} 2>&1 | quiet | tail -5
+    ncu -i "$OUT/$k.ncu-rep" --page details --csv > "$OUT/$k.details.csv" 2>&1
+    ncu -i "$OUT/$k.ncu-rep" --page source --csv --print-source sass 2>&1 | xz > "$OUT/$k.sass.csv.xz"
+  done
+  ls -la "$OUT"
   ;;
 speed)
   timed timeout 500 python3 notes/seesaw_probe.py speed ${SPEED_ARGS:-} --out "$OUT/speed.json" 2>&1 | quiet \

@@ -19,13 +19,16 @@ from pathlib import Path
 DTYPES = ("float16", "bfloat16")
 
 
-def shapes(edges=True, dtypes=DTYPES):
+def shapes(edges=True, dtypes=DTYPES, batches=None):
+    """The GPU tests' seesaw grid (and edges), or its seqlens and heads at ``batches`` instead."""
     from mlagate.kernels import mla_decode as m
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from test_kernel_gpu import SEESAW_EDGES, SEESAW_GRID
 
     points = SEESAW_GRID + (SEESAW_EDGES if edges else [])
+    if batches:
+        points = sorted({(b, s, h) for b in batches for (_, s, h) in SEESAW_GRID})
     return [m.Shape(batch=b, seqlen=s, heads=h, dtype=d) for (b, s, h) in points for d in dtypes]
 
 
@@ -62,7 +65,7 @@ def variant_module(patch):
     return sys.modules[name]
 
 
-def speed(dtypes, heads, others, out_path, variant=None):
+def speed(dtypes, heads, others, out_path, variant=None, batches=None):
     import json
 
     import torch
@@ -74,7 +77,7 @@ def speed(dtypes, heads, others, out_path, variant=None):
 
     timing = config_mod.load().timing
     rows = []
-    for shape in shapes(edges=False, dtypes=dtypes):
+    for shape in shapes(edges=False, dtypes=dtypes, batches=batches):
         if heads and shape.heads not in heads:
             continue
         inputs = m.random_inputs(shape, "cuda", seed=0)
@@ -120,6 +123,8 @@ def main():
     parser.add_argument("--jobs", type=int, default=15)
     parser.add_argument("--dtype", action="append")
     parser.add_argument("--heads", type=int, action="append", help="these heads only")
+    parser.add_argument("--batch", type=int, action="append", help="the grid's seqlens and heads at these batches "
+                        "instead (no edge shapes)")
     parser.add_argument("--impl", action="append", help="speed: implementations beside seesaw "
                         "(default tilelang-hopper and flash_mla)")
     parser.add_argument("--out")
@@ -129,7 +134,7 @@ def main():
         from mlagate.measure.precompile import in_processes
 
         variants = (None, args.variant) if args.variant else (None,)
-        todo = [(shape, v) for shape in shapes(dtypes=tuple(args.dtype or DTYPES))
+        todo = [(shape, v) for shape in shapes(dtypes=tuple(args.dtype or DTYPES), batches=args.batch)
                 if not args.heads or shape.heads in args.heads for v in variants]
         failed = 0
         for shape, outcome in in_processes(build_quietly, todo, args.jobs):
@@ -139,7 +144,7 @@ def main():
         print(f"compiled {len(todo) - failed} of {len(todo)} seesaw kernels")
         return 1 if failed else 0
     return speed(tuple(args.dtype or DTYPES), args.heads, args.impl or ("tilelang-hopper", "flash_mla"), args.out,
-                 args.variant)
+                 args.variant, args.batch)
 
 
 if __name__ == "__main__":
