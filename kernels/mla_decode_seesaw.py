@@ -14,7 +14,8 @@ Each loads the next pair's tiles (TMA, 64-column boxes) as soon as its own reads
 and starts the next pair's scores before its last product has drained, in the order the boxes land: wg0 loads
 K0_l and K0_pe early (no product reads K0_pe) and scores them before K0_r, which wg1 can only request once its
 P0 V0_r is done; wg1 scores K1_r, its own early load, before K1_l and K1_pe. In the fixed left-right-pe order
-the wait for K0_r was warpgroup 0's largest stall (docs/measurements.md, seventh session).
+each warpgroup's largest stall was its wait for the late half, K1_l in wg1 and K0_r in wg0 (docs/measurements.md,
+seventh session).
 
 What the project's pipelined kernel promises, this one keeps: any seqlen (the tail is masked, a split's loop
 stops at its last pair holding tokens; a cache of one tile or less runs the pipelined kernel, mla_decode.plan),
@@ -173,7 +174,9 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
                 T.wgmma_gemm(P_regs, K0_l, acc_o)
                 T.wait_wgmma(0)
                 T.barrier_wait(max1_ready, k % 2)
-                if k < n_pairs - 1:  # K0_l is wg0's alone: free once P0 V0_l is done
+                # K0_l is wg0's alone, free once P0 V0_l is done; K0_pe is read only by wg0's scores, done before
+                # its softmax
+                if k < n_pairs - 1:
                     load_tile(KV, K_pe, bx, first_token + (2 * k + 2) * tile, K0_l, K0_r, K0_pe,
                               k0_l_ready, k0_r_ready, k0_pe_ready, True, False, True)
                 for i, j in T.Parallel(ROWS, tile):

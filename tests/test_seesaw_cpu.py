@@ -98,7 +98,7 @@ def test_splits_are_whole_pairs_of_tiles(batch, seqlen, heads, want_split, want_
     assert (p.num_split, p.split_len, p.split_len % 128) == (want_split, want_len, 0)
 
 
-SOURCE_SHAPE = m.Shape(batch=7, seqlen=30001, heads=16)
+SOURCE_SHAPE = m.Shape(batch=7, seqlen=30001, heads=16)  # split, masked, several pairs per split
 
 
 @pytest.fixture(scope="module")
@@ -135,23 +135,31 @@ def test_kv_tiles_arrive_by_tma_and_the_two_warpgroups_sync_apart(source):
     assert ids[even] and ids[odd] and not ids[even] & ids[odd]
 
 
+def pair_loop(branch: str) -> str:
+    """A warpgroup's branch from its loop over pairs on (`for (int k = 0; k < ...` or `k_1`)."""
+    return branch[re.search(r"for \(int (k(?:_\d+)?) = 0; \1 < ", branch).start():]
+
+
 def next_pair_waits(branch: str) -> list:
     """The barriers a warpgroup's pair loop waits on for the next pair's tiles (parity (k + 1) & 1), in order,
     once each."""
-    loop = branch[branch.index("for (int k"):]
+    loop = pair_loop(branch)
     waits = re.findall(r"(k[01]_(?:l|r|pe)_ready)\[[^\]]*\]\.wait\(\(\(k(?:_\d+)? \+ 1\) & 1\)\)", loop)
     return list(dict.fromkeys(waits))
 
 
 def test_each_warpgroup_scores_the_next_pair_in_the_order_its_tiles_land(source):
     """Warpgroup 0 requests K0_l and K0_pe itself, early, and scores them before K0_r, which warpgroup 1 requests
-    only after its P0 V0_r; warpgroup 1 scores its own early K1_r first. With both scoring left, right, pe, the
-    wait for K0_r was warpgroup 0's largest stall (ncu on the H200, docs/measurements.md, seventh session)."""
+    only after its P0 V0_r; warpgroup 1 scores its own early K1_r first. With both scoring left, right, pe, each
+    one's largest stall was its wait for the late half (ncu on the H200, docs/measurements.md, seventh session).
+    Warpgroup 0 waits for P1 V1_l (one group behind its 4 + 1 score groups) before K1_l is reloaded."""
+    assert m.plan(SOURCE_SHAPE, m.SEESAW, "sm_90a").split_len > m.SEESAW.block_N, "the fixture must loop over pairs"
     even, odd = warpgroups(source)
     assert next_pair_waits(even) == ["k0_l_ready", "k0_pe_ready", "k0_r_ready"]
     assert next_pair_waits(odd) == ["k1_r_ready", "k1_l_ready", "k1_pe_ready"]
     k0_pe_load = "tma_load(K_pe_desc, k0_pe_ready[0]"
-    assert k0_pe_load in even[even.index("for (int k"):] and k0_pe_load not in odd[odd.index("for (int k"):]
+    assert k0_pe_load in pair_loop(even) and k0_pe_load not in pair_loop(odd)
+    assert "wait_wgmma<5>();" in pair_loop(even)
 
 
 def test_a_build_of_the_seesaw_for_a_gpu_it_cannot_run_on_is_refused(tmp_path, capsys):
