@@ -16,9 +16,12 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 quiet() { grep -v -e Warning -e "TileLang begins" -e "TileLang completes"; }
 timed() { local t0=$SECONDS; "$@"; local rc=$?; echo "[$* -> exit $rc, $((SECONDS - t0)) s]"; return $rc; }
+core() {  # the rest of the core bundle (carry .gpu/p2), once per machine
+  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
+}
 case "$1" in
 tests)
-  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
+  core
   timed timeout 200 python3 notes/seesaw_probe.py compile --jobs 15 2>&1 | quiet | tail -4
   timed timeout 100 python3 notes/precompile.py --grid full --config hopper --dtype float16 --dtype bfloat16 \
     --jobs 15 2>&1 | quiet | tail -2
@@ -33,7 +36,7 @@ bench)
     | tee "$OUT/bench.log" | tail -100
   ;;
 variant)
-  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
+  core
   narrow=${VARIANT_ARGS:---heads 128}
   for v in ${VARIANT:-notes/seesaw_variants/prefetch.diff}; do  # one or more patches, each its own A/B
     n=$(basename "$v" .diff)
@@ -44,16 +47,16 @@ variant)
   done
   ;;
 profile)  # is the seesaw's extra fixed cost inside its kernel or around it (launch latency; FlashMLA uses PDL)
-  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
+  core
   timed timeout 200 python3 notes/launch_profile.py --seqlen 1024 --seqlen 4096 --seqlen 16384 2>&1 | quiet \
     | tee "$OUT/launch_profile.log" | tail -10
   ;;
 fixed)
-  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
+  core
   timed timeout 300 python3 notes/seesaw_fixed_cost.py 2>&1 | quiet | tee "$OUT/fixed_cost.log" | tail -20
   ;;
 ncu)
-  [ -d /tmp/site/tilelang ] || cat /tmp/core.part-aa .gpu/p2/core.part-ab .gpu/p2/core.part-ac | tar -C /tmp/site -xJ
+  core
   ncu --version | tail -1
   for k in main_no_split flash_fwd_splitkv_mla; do
     timed timeout 220 ncu --clock-control none -k regex:$k --launch-skip 3 --launch-count 1 --set full \
