@@ -37,7 +37,7 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
     shard), over ``n_pairs`` pairs of tiles from ``first_token`` on, ending in
     ``finish(acc_o, O_s, col, m, l, writes_lse, out, lse_out, bx, by, bz)``: each warpgroup's normalised output
     half (columns col .. col + half) with the row max m and sum l. ``mlagate ladder`` wraps it (its arguments:
-    mlagate.decide.ladder.SEESAW_ATTEND_ARGS)."""
+    mlagate.ladder.rules.SEESAW_ATTEND_ARGS)."""
     heads, seqlen, dim, pe_dim = shape.heads, shape.seqlen, shape.dim, shape.pe_dim
     dtype, accum = shape.dtype, "float32"
     tile = config.block_N // 2  # tokens per warpgroup (TileConfig.check: 64, and mla_decode.plan: seqlen > 64)

@@ -25,7 +25,7 @@ import yaml
 
 from mlagate.atomic import write_replace
 from mlagate.case import CANDIDATE_MARK, TILELANG_PREFIX
-from mlagate.config_reader import KeyReader, UniqueKeyLoader
+from mlagate.config.reader import KeyReader, UniqueKeyLoader
 from mlagate.hardware import arch_key
 from mlagate.kernels import mla_decode
 

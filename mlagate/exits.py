@@ -4,7 +4,7 @@
 missing or corrupt file, a config value out of range, an unexpected exception: the
 tools fail closed). 1 means that the one check a command makes did not pass; that
 check differs per command, so each meaning has its own name here. For the gate, 1
-means "regression" and nothing else (mlagate.decide.notes.EXIT_CODE maps each of
+means "regression" and nothing else (mlagate.decide.vocabulary.EXIT_CODE maps each of
 its outcomes to a code here).
 """
 

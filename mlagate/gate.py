@@ -9,7 +9,7 @@ from pathlib import Path
 from mlagate import gitops
 from mlagate.config import Config
 from mlagate.decide import build_rules, verdict
-from mlagate.decide.notes import Kind, Note
+from mlagate.decide.vocabulary import Kind, Note
 from mlagate.gitops import GitError, git, resolve
 from mlagate.report import comparison
 from mlagate.report import text as report

@@ -12,9 +12,9 @@ import pytest
 import gate_fixtures as fx
 from mlagate import cli, config
 from mlagate import gitops
-from mlagate.bisect import drift, first_parent_commits
+from mlagate.bisect.run import drift, first_parent_commits
 from mlagate.store.errors import GateError
-from mlagate.decide.bisect import Finding, search
+from mlagate.bisect.rules import Finding, search
 from mlagate.store.results import Store
 
 NOISE = Path(__file__).parent / "fixtures" / "h200" / "noise_study_2026-11-29.json"
@@ -96,7 +96,7 @@ def test_good_is_the_recorded_commit_the_drift_warning_compares_with(tmp_path):
 
 
 def test_the_command_refuses_without_a_gpu_and_stores_nothing(tmp_path, capsys, monkeypatch):
-    import mlagate.bisect as pipeline
+    import mlagate.bisect.run as pipeline
 
     results = tmp_path / "results"
     shutil.copytree(fx.RESULTS, results)

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from mlagate import config
-from mlagate.config_reader import UniqueKeyLoader
+from mlagate.config.reader import UniqueKeyLoader
 
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 

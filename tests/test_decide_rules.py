@@ -23,7 +23,7 @@ from mlagate import exits
 from mlagate.decide import stats
 from mlagate.measure import summary
 from mlagate.decide import verdict as decide
-from mlagate.decide.notes import EXIT_CODE, Kind, Note, Outcome, Status
+from mlagate.decide.vocabulary import EXIT_CODE, Kind, Note, Outcome, Status
 from mlagate.store.errors import StoreError
 from mlagate.store.results import CommitResults, Store
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, Entry, case_keys

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from mlagate import cli, config, gitops
-from mlagate import ladder as pipeline
+from mlagate.ladder import run as pipeline
 from mlagate.case import Case
-from mlagate.decide import ladder
-from mlagate.decide.notes import Kind, Note, Outcome, Status
+from mlagate.ladder import rules as ladder
+from mlagate.decide.vocabulary import Kind, Note, Outcome, Status
 from mlagate.decide.verdict import CaseVerdict, Verdict
-from mlagate.report import ladder as report
+from mlagate.ladder import report
 
 ROOT = Path(__file__).resolve().parent.parent
 CFG = config.load()
@@ -219,8 +219,8 @@ def test_a_saved_calibration_matches_only_the_same_ladder():
 
 
 def test_the_pure_parts_import_nothing_from_measure_store_or_report():
-    for module, banned in (("decide/ladder.py", ("mlagate.measure", "mlagate.store", "mlagate.report")),
-                           ("report/ladder.py", ("mlagate.ladder", "mlagate.gate", "mlagate.bisect"))):
+    for module, banned in (("ladder/rules.py", ("mlagate.measure", "mlagate.store", "mlagate.report")),
+                           ("ladder/report.py", ("mlagate.ladder.run", "mlagate.gate", "mlagate.bisect"))):
         tree = ast.parse((ROOT / "mlagate" / module).read_text())
         names = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
@@ -515,7 +515,7 @@ def test_untouched_cases_give_the_noise_floor_and_the_report_shows_it():
 
 
 def test_fail_shares_put_the_real_ladder_on_the_detection_curve():
-    from mlagate.decide import ladder as pure
+    from mlagate.ladder import rules as pure
 
     def row(rep, step, label, injected, status):
         return {"rep": rep, "step": step, "label": label, "injected": injected, "status": status}

@@ -10,8 +10,8 @@ PACKAGE = ROOT / "mlagate"
 MAX_LINES = 300
 # The flow, lowest first: a module may import its own layer and the ones before it, never a later one.
 LAYERS = (
-    {"mlagate.case", "mlagate.hardware", "mlagate.exits", "mlagate.config", "mlagate.config_reader",
-     "mlagate.config_tune", "mlagate.config_workloads", "mlagate.atomic", "mlagate.gitops", "mlagate.kernels"},
+    {"mlagate.case", "mlagate.hardware", "mlagate.exits", "mlagate.config", "mlagate.config.reader",
+     "mlagate.config.tune", "mlagate.config.workloads", "mlagate.atomic", "mlagate.gitops", "mlagate.kernels"},
     {"mlagate.measure"},
     {"mlagate.store"},
     {"mlagate.decide"},

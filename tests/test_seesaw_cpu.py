@@ -45,7 +45,7 @@ def test_the_paged_kernel_does_not_take_the_seesaw():
 
 
 def test_a_ladder_of_a_gated_seesaw_patches_the_seesaw_file(tmp_path):
-    from mlagate import ladder
+    from mlagate.ladder import run as ladder
 
     cfg = config.load()
     default = ladder.plan(cfg, base_rev="HEAD", out=str(tmp_path / "out"))  # the platform's config and its vendor
@@ -211,7 +211,7 @@ def test_the_ladders_patched_seesaw_lowers_with_its_spin_and_other_shapes_unchan
     at the start of the block; any other shape lowers to the very source base lowers."""
     import importlib.util
 
-    from mlagate.decide import ladder
+    from mlagate.ladder import rules as ladder
 
     base = (Path(m.__file__).parent / "mla_decode_seesaw.py").read_text()
     listed = m.Shape(batch=64, seqlen=4096, heads=16)
@@ -230,7 +230,7 @@ def test_the_ladders_patched_seesaw_lowers_with_its_spin_and_other_shapes_unchan
 
 
 def test_the_ladder_has_a_patch_for_every_schedule():
-    from mlagate.decide import ladder
+    from mlagate.ladder import rules as ladder
 
     assert set(ladder.SCHEDULES) == set(m.SCHEDULES)
     for schedule, (path, _) in ladder.SCHEDULES.items():
@@ -268,7 +268,7 @@ def test_the_re_measure_runs_a_paged_seesaw_case_with_the_commits_hopper_config(
 def test_a_ladder_over_a_seesaw_cache_of_one_tile_is_refused_naming_the_grid(tmp_path):
     """There mla_decode.plan runs the pipelined kernel, which the seesaw file's spin never reaches: calibration
     would only fail later on the GPU ("added no time")."""
-    from mlagate import ladder
+    from mlagate.ladder import run as ladder
 
     cfg = config.load()
     grid = dataclasses.replace(cfg.grid, sizes={**cfg.grid.sizes, "tiny": ((64,), (64,), (16,))},

@@ -11,12 +11,13 @@ import math
 import pytest
 import yaml
 
-from mlagate import cli, config, config_tune
-from mlagate import tune as pipeline
+from mlagate import cli, config
+from mlagate.config import tune as config_tune
+from mlagate.tune import run as pipeline
 from mlagate.build import lower
 from mlagate.case import Case, CaseResult, RunStatus, Samples
-from mlagate.config_reader import ConfigError
-from mlagate.decide import tune as decide
+from mlagate.config.reader import ConfigError
+from mlagate.tune import rules as decide
 from mlagate.kernels import mla_decode as m
 from mlagate.kernels import tuned
 from mlagate.measure.precompile import ProcessDied, in_processes

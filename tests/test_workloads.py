@@ -8,7 +8,7 @@ import torch
 
 from mlagate import config
 from mlagate.case import DENSE, Case, CaseResult, RunStatus
-from mlagate.config_workloads import Workload
+from mlagate.config.workloads import Workload
 from mlagate.measure import impls
 from mlagate.store.results_file import BENCH_TIME, parse_results_file
 

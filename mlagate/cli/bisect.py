@@ -18,8 +18,8 @@ def add_parser(sub):
 
 
 def run(args, cfg) -> int:
-    from mlagate import bisect
-    from mlagate.decide.bisect import Finding
+    from mlagate.bisect import run as bisect
+    from mlagate.bisect.rules import Finding
     from mlagate.store.results import results_root
 
     result, cases = bisect.run_bisect(cfg, bad_rev=args.bad, good_rev=args.good, results=results_root(args.results),

@@ -51,7 +51,7 @@ LADDER_ROW = ("label", "step", "injected", "status")
 
 def ladder_points(path: Path) -> list:
     """A ladder.json's points for the plot; ValueError naming the file unless `mlagate ladder` wrote it."""
-    from mlagate.decide import ladder
+    from mlagate.ladder import rules as ladder
 
     try:
         doc = json.loads(path.read_text())

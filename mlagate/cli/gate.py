@@ -39,7 +39,7 @@ def run(args, cfg) -> int:
 
 
 def verdict_errors(verdict) -> list:
-    from mlagate.decide.notes import Status
+    from mlagate.decide.vocabulary import Status
 
     return [*(e.text for e in verdict.errors),
             *(f"{c.label}: {'; '.join(r.text for r in c.reasons)}" for c in verdict.cases if c.status == Status.ERROR)]

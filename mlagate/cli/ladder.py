@@ -3,7 +3,7 @@ inside its TileLang kernel (calibrated on the GPU); each is recorded and gated a
 the gate measured against what was injected. Exit 0 once the table is written: it reports, it does not judge."""
 
 from mlagate import exits
-from mlagate.decide.ladder import DEFAULT_STEPS, step_name
+from mlagate.ladder.rules import DEFAULT_STEPS, step_name
 
 
 def add_parser(sub):
@@ -24,7 +24,7 @@ def add_parser(sub):
 
 
 def run(args, cfg) -> int:
-    from mlagate import ladder
+    from mlagate.ladder import run as ladder
 
     plan = ladder.plan(cfg, base_rev=args.base, steps=args.steps, reps=args.reps, grid=args.grid,
                        impls=args.impls, machine=args.machine, out=args.out)

@@ -32,7 +32,7 @@ def add_parser(sub):
 
 
 def run(args, cfg) -> int:
-    from mlagate import tune
+    from mlagate.tune import run as tune
 
     mode = tune.Mode.WRITE if args.write_table else tune.Mode.CHECK if args.check else tune.Mode.REPORT
     plan = tune.plan(cfg, grid_name=args.grid, family=args.config_family, out=args.out, jobs=args.jobs,

@@ -9,7 +9,7 @@ the header says which GPU measured each side, and when. Static HTML and one PNG;
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlagate.decide.notes import Status
+from mlagate.decide.vocabulary import Status
 from mlagate.measure import environment
 from mlagate.measure.summary import median_ci
 from mlagate.report.build_report import FINDING_ICON

@@ -20,7 +20,7 @@ from urllib.parse import quote
 from mlagate import gitops
 from mlagate.case import PARAM_NAMES, Case, CaseResult, RunStatus
 from mlagate.decide import verdict
-from mlagate.decide.notes import Outcome
+from mlagate.decide.vocabulary import Outcome
 from mlagate.measure import environment
 from mlagate.report.page import STYLE, escape, table
 from mlagate.report.plots import impl_order, ratio_png, tflops_png, trend_png

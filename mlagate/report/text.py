@@ -2,7 +2,7 @@
 
 from dataclasses import fields, is_dataclass
 
-from mlagate.decide.notes import Note, Outcome, Status
+from mlagate.decide.vocabulary import Note, Outcome, Status
 from mlagate.measure.clocks import locked_from_clocks
 from mlagate.report.build_report import FINDING_ICON
 

@@ -4,7 +4,7 @@ A workload is a paged KV cache and the sequence lengths of a batch. Every implem
 workload case reads identical inputs: the same lengths, the same shuffled page table, pages of the
 platform's `page_size` tokens. Lengths are drawn with Python's `random.Random(seed).random()` (the
 one stream Python keeps the same across versions), so a workload is the same batch on every machine.
-Checked as the rest of perf.yml is (mlagate/config.py): an unknown key or a bad value is a ConfigError
+Checked as the rest of perf.yml is (mlagate/config/__init__.py): an unknown key or a bad value is a ConfigError
 naming it.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
 from mlagate.case import DENSE
-from mlagate.config_reader import ConfigError, KeyReader, open_section_keys
+from mlagate.config.reader import ConfigError, KeyReader, open_section_keys
 
 DISTRIBUTIONS = ("uniform", "lognormal")
 MAX_LENGTH = 131072  # the longest context the kernels are tested at (tests/test_paged_gpu.py)

@@ -2,7 +2,7 @@
 each shape's winner to the committed table (kernels/tuned/<arch>.yaml), or check that table against them.
 
 Per shape the candidates are the family default, the table's config and the space, in that order; those that
-launch the same kernel are measured once (mlagate.decide.tune). Each is lowered on the CPU first: one over
+launch the same kernel are measured once (mlagate.tune.rules). Each is lowered on the CPU first: one over
 gate.build.shared_memory_limit is skipped with its bytes, never launched; one that does not lower has failed.
 The rest are compiled in parallel and timed through the grid runner (budget "record", the output checked
 against the reference first), --jobs per GPU at a time, all candidates of a shape on one GPU. Each finished
@@ -22,10 +22,10 @@ from pathlib import Path
 from mlagate.atomic import write_json
 from mlagate.case import CaseResult, RunStatus
 from mlagate.config import Config
-from mlagate.decide import tune as decide
+from mlagate.tune import rules as decide
 from mlagate.measure import grid
 from mlagate.measure.precompile import in_processes
-from mlagate.report import tune as report
+from mlagate.tune import report
 
 IDENTITY = "tune.json"  # what the candidate files beside it were measured of: a resume must match it
 

@@ -2,7 +2,7 @@
 
 Each commit it looks at goes through the normal `record` path (its latency samples land in the history,
 only for the drifting implementations and dtypes) and then through the interleaved re-measure against
-good, whose change decides (mlagate/decide/bisect.py). A commit whose record or re-measure fails (does not
+good, whose change decides (mlagate/bisect/rules.py). A commit whose record or re-measure fails (does not
 build, wrong result) is skipped and named. Without --good, good is the recorded main commit with the best
 median of the case that drifted most among the last gate.drift.lookback: where the drift warning looks.
 """
@@ -14,7 +14,8 @@ from pathlib import Path
 from mlagate import gitops
 from mlagate.case import Case
 from mlagate.config import Config
-from mlagate.decide import bisect, verdict
+from mlagate.bisect import rules as bisect
+from mlagate.decide import verdict
 from mlagate.gitops import git
 from mlagate.measure.impls import TILELANG_PREFIX  # only the TileLang kernels change between commits
 from mlagate.measure.summary import median

@@ -1,7 +1,7 @@
 """`mlagate ladder`'s pipeline: qualify a runner by gating known slowdowns. Not on the pull-request path.
 
 The slowdown is a spin of GPU clock cycles at the start of every block of the gated TileLang kernel, inside it
-(each gated schedule's kernel file with a block appended: mlagate/decide/ladder.py). Calibration first, once per
+(each gated schedule's kernel file with a block appended: mlagate/ladder/rules.py). Calibration first, once per
 ladder on the GPU: for each case, the base commit's kernel against a probe commit's (the same kernel with a
 spin of about 8% of the case's time), alternated; from those medians the cycles that add each step's x%.
 Then one throw-away commit per step on top of base (a comment for 0%, the spin for the others), each alternated
@@ -26,7 +26,7 @@ from mlagate import gitops
 from mlagate.atomic import write_json
 from mlagate.case import Case
 from mlagate.config import Config
-from mlagate.decide import ladder
+from mlagate.ladder import rules as ladder
 from mlagate.gitops import GitError, git, resolve
 from mlagate.kernels import mla_decode
 from mlagate.measure.impls import TILELANG_PREFIX
@@ -286,7 +286,7 @@ def _record_once(rev: str, results: Path, p: Plan, echo):
 
 def write_outputs(doc: dict, out: Path) -> dict:
     """ladder.json (everything), ladder.md (the table) and ladder.png (measured against injected)."""
-    from mlagate.report import ladder as report
+    from mlagate.ladder import report
 
     files = {"json": out / "ladder.json", "markdown": out / "ladder.md", "plot": out / "ladder.png"}
     write_json(files["json"], doc)

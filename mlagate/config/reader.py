@@ -1,5 +1,5 @@
 """Reading perf.yml so that every problem names its key: the checked walk over the parsed YAML
-(KeyReader) and a YAML loader that refuses a key given twice. mlagate/config.py says what the keys are."""
+(KeyReader) and a YAML loader that refuses a key given twice. mlagate/config/__init__.py says what the keys are."""
 
 import math
 

@@ -1,11 +1,11 @@
 """perf.yml's `tune:` section: per TileLang config family, the architecture it is tuned for and the search
-space `mlagate tune` measures there. Checked as the rest of perf.yml is (mlagate/config.py): an unknown key
+space `mlagate tune` measures there. Checked as the rest of perf.yml is (mlagate/config/__init__.py): an unknown key
 or a bad value is a ConfigError naming it."""
 
 import itertools
 from dataclasses import dataclass
 
-from mlagate.config_reader import ConfigError, KeyReader, open_section_keys
+from mlagate.config.reader import ConfigError, KeyReader, open_section_keys
 
 # The TileConfig fields a space may vary and the type of their values: kernels/tuned.py's TUNABLE, which
 # this layer cannot import without tilelang (tests/test_tune.py checks that the two agree).

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import yaml
 
-from mlagate import config_tune, config_workloads
-from mlagate.config_workloads import MAX_LENGTH
+from mlagate.config import tune as config_tune
+from mlagate.config import workloads as config_workloads
+from mlagate.config.workloads import MAX_LENGTH
 from mlagate.case import TILELANG_PREFIX, Case, family_impl
-from mlagate.config_reader import ConfigError, KeyReader, UniqueKeyLoader, open_section_keys
+from mlagate.config.reader import ConfigError, KeyReader, UniqueKeyLoader, open_section_keys
 from mlagate.hardware import arch_key
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout this mlagate is imported from
+ROOT = Path(__file__).resolve().parents[2]  # the checkout this mlagate is imported from
 DEFAULT_PATH = ROOT / "perf.yml"
 PLATFORMS = ("rocm", "cuda")
 DTYPES = ("float16", "bfloat16")

@@ -5,7 +5,7 @@ where the committed table is beaten."""
 import time
 
 from mlagate.case import RunStatus
-from mlagate.decide.tune import DriftKind, gain
+from mlagate.tune.rules import DriftKind, gain
 
 TOP = 5  # fastest candidates listed per shape
 
