@@ -5,6 +5,7 @@ Three commits, quick grid (tilelang-hopper and flash_mla, batch 64/128, seqlen
 22-31% slowdown); DOCS, a documentation-only change.
 """
 
+import dataclasses
 import json
 import math
 import shutil
@@ -13,10 +14,9 @@ from pathlib import Path
 import yaml
 
 from mlagate import config
-from mlagate.cli.demo import RECORDED_WITH, as_recorded
 from mlagate.decide import verdict
 from mlagate.store.results import Store
-from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, case_keys
+from mlagate.store.results_file import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, case_keys
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200"
 RESULTS = FIXTURES / "results"
@@ -25,6 +25,14 @@ BASE = "b292e89299146d730f39171c242883358dbebc06"
 SLOW = "22e8a671f5b457b3f9725be37186cfdd3af3605a"
 DOCS = "fbc171ef793131d07af88223d8346cf4900799fd"
 HOPPER_64 = ("tilelang-hopper", 64, 4096, "float16", 128, "dense")
+RECORDED_WITH = "tilelang-hopper"  # the CUDA platform's TileLang config (its vendor ratio) when they were recorded
+
+
+def as_recorded(cfg):
+    """``cfg`` as these fixtures were gated: their vendor ratios are tilelang-hopper's (there is no seesaw in
+    them). Its ``digest`` still names perf.yml as committed."""
+    cuda = dataclasses.replace(cfg.platform("cuda"), tilelang=RECORDED_WITH)
+    return dataclasses.replace(cfg, platforms={**cfg.platforms, "cuda": cuda})
 
 
 def recorded_raw() -> dict:
@@ -69,6 +77,13 @@ def edit(root, commit, bench, case, change):
 
 def slow_down(factor):
     return lambda value, samples: (value * factor, [s * factor for s in samples] if samples else samples)
+
+
+def slow_case(root, commit, case, factor):
+    """One case measured ``factor`` times slower: its latency and TFLOPs together, as one measurement
+    records them (the store refuses a case whose two disagree)."""
+    edit(root, commit, BENCH_TIME, case, slow_down(factor))
+    edit(root, commit, BENCH_TFLOPS, case, lambda value, samples: (value / factor, samples))
 
 
 def fail(value, samples):

@@ -155,6 +155,8 @@ def test_record_on_a_cpu_through_asv_then_refuses_a_second_record(tmp_path, caps
     """The whole asv path, on a CPU: the GPU check (in this process, before asv starts) stands
     aside and the suite skips every case with its reason."""
     monkeypatch.setattr(record, "gpu_available", lambda: True)
+    # the env sidecar names the commit recorded, not the checkout's HEAD (a record of base runs from head)
+    monkeypatch.setattr(record.environment.gitops, "head_or_none", lambda repo=None: "f" * 40)
     store_dir = tmp_path / "store"
     store_dir.mkdir()
     monkeypatch.chdir(tmp_path)  # a relative --results, as `make bench` passes it
@@ -168,7 +170,7 @@ def test_record_on_a_cpu_through_asv_then_refuses_a_second_record(tmp_path, caps
                             for w in tags}
     assert all(e.status == "skipped" for e in entries.values())
     env = Store(store_dir).read_sidecar("cpu-test", head.commit, "env")
-    assert env["grid"] == "quick" and "start" in env and "end" in env
+    assert env["grid"] == "quick" and env["start"]["commit"] == env["end"]["commit"] == head.commit
     log = Store(store_dir).read_sidecar("cpu-test", head.commit, "asv-log")["log"]
     assert "not measured (no GPU, or not in this run's grid)" in log
     assert not math.isnan(head.date)

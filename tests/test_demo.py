@@ -42,14 +42,36 @@ def test_the_demo_gates_the_recorded_pair_and_writes_both_pages(demo_out, capsys
     assert "comparison.html" in (demo_out / "gate" / "gate.md").read_text()
 
 
+def test_the_demo_verdict_fails_the_injected_change_and_its_numbers_agree(demo_out):
+    """The head forces 4 KV splits in the seesaw (demo/README.md): exactly its dense cases fail, each on a
+    latency rise and a vendor-ratio drop that the recorded TFLOPs bear out (ratio = TFLOPs over FlashMLA's)."""
+    from mlagate.store.results import Store
+    from mlagate.store.results_file import BENCH_RATIO, BENCH_TFLOPS
+
+    verdict = json.loads((demo_out / "gate" / "verdict.json").read_text())
+    failing = sorted(tuple(c["case"]) for c in verdict["cases"] if c["status"] == "regression")
+    assert failing == [("tilelang-seesaw", b, 4096, "float16", 16, "dense") for b in (64, 128)]
+    store = Store(demo.HISTORY)
+    for commit, side in ((demo.BASE, "base_vendor_ratio"), (demo.HEAD, "vendor_ratio")):
+        results = store.load(demo.MACHINE, commit)
+        tflops, ratios = results.entries(BENCH_TFLOPS), results.entries(BENCH_RATIO)
+        for case in failing:
+            vendor = ("flash_mla", *case[1:])
+            assert ratios[case].value == pytest.approx(tflops[case].value / tflops[vendor].value, rel=1e-3)
+            cv = next(c for c in verdict["cases"] if tuple(c["case"]) == case)
+            assert cv[side] == pytest.approx(ratios[case].value)
+    for cv in (c for c in verdict["cases"] if c["status"] == "regression"):
+        assert cv["change"] > 0.025 and cv["vendor_ratio"] < cv["base_vendor_ratio"]
+
+
 def test_every_page_says_it_is_recorded_data_with_date_and_hardware(demo_out):
     page = (demo_out / "gate" / "comparison.html").read_text()
     assert "Recorded data" in page
-    for side, when in (("base", "2026-11-29T10:47:11Z"), ("head", "2026-11-29T10:48:22Z")):
+    for side, when in (("base", "2026-12-01T22:27:02Z"), ("head", "2026-12-01T22:28:25Z")):
         line = re.search(rf"<li>{side} <code>[0-9a-f]+</code>: measured ([^<]*) on ([^<]*)</li>", page)
         assert line and line[1] == when and "NVIDIA H200" in line[2], side
     index = (demo_out / "report" / "index.html").read_text()
-    assert "NVIDIA H200" in index and "2026-11-29" in index
+    assert "NVIDIA H200" in index and "2026-12-01" in index
 
 
 def test_regressions_come_first_with_an_interval_around_the_change(demo_out):

@@ -7,7 +7,6 @@ import pytest
 
 import gate_fixtures as fx
 from mlagate import cli, config
-from mlagate.cli.demo import as_recorded
 from mlagate.decide.verdict import Kind, Outcome, Status, evaluate
 from mlagate.report.text import annotations, gate_markdown
 from mlagate.store.results import Store
@@ -43,14 +42,14 @@ def test_a_real_slowdown_is_a_regression(root):
 
 
 def test_small_slowdown_between_screen_and_threshold_passes_without_confirmation(root):
-    fx.edit(root, fx.DOCS, BENCH_TIME, fx.HOPPER_64, fx.slow_down(1.02))
+    fx.slow_case(root, fx.DOCS, fx.HOPPER_64, 1.02)
     cv = by_case(fx.evaluate(root, head=fx.DOCS))[fx.HOPPER_64]
     assert cv.flagged and cv.status == Status.PASS
     assert [w.kind for w in cv.warnings] == [Kind.UNDER_THRESHOLD]
 
 
 def test_confirmation_decides_a_flagged_case(root):
-    fx.edit(root, fx.DOCS, BENCH_TIME, fx.HOPPER_64, fx.slow_down(1.10))
+    fx.slow_case(root, fx.DOCS, fx.HOPPER_64, 1.10)
     store = Store(root)
     base_samples = store.load(fx.MACHINE, fx.BASE).entries(BENCH_TIME)[fx.HOPPER_64].samples
     same = {fx.HOPPER_64: (base_samples, base_samples)}
@@ -149,9 +148,9 @@ def test_results_without_samples_are_an_error(root):
 def test_drift_against_recent_main_results_warns(root):
     store = Store(root)
     base, head = store.load(fx.MACHINE, fx.BASE), store.load(fx.MACHINE, fx.SLOW)
-    verdict = evaluate(base, base, as_recorded(config.load()), "cuda", history=[base, base, head])
+    verdict = evaluate(base, base, fx.as_recorded(config.load()), "cuda", history=[base, base, head])
     assert verdict.outcome == Outcome.PASS and not any(c.drift for c in verdict.cases)
-    verdict = evaluate(head, head, as_recorded(config.load()), "cuda", history=[base, base, head])
+    verdict = evaluate(head, head, fx.as_recorded(config.load()), "cuda", history=[base, base, head])
     drifting = [c for c in verdict.cases if Kind.DRIFT in [w.kind for w in c.warnings]]
     assert drifting and all(c.drift.kind is Kind.DRIFT for c in drifting)
     warnings = [a for a in annotations(verdict) if a.startswith("::warning")]

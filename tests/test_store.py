@@ -66,6 +66,34 @@ def test_a_value_must_be_a_positive_finite_number(tmp_path, value):
         parse_results_file(fx.results_file(root, fx.BASE))
 
 
+@pytest.mark.parametrize("factor,refused", [(1.0, False), (1.009, False), (1.011, True), (0.989, True), (1.3, True)])
+def test_tflops_that_disagree_with_the_latency_are_refused_naming_the_case(tmp_path, factor, refused):
+    """TFLOPs and latency come from one measurement: a record where flops / median is more than 1% off
+    the recorded TFLOPs (as in a record that timed them in two passes) is refused, the file and case named."""
+    root = fx.copy_store(tmp_path)
+    fx.edit(root, fx.BASE, BENCH_TFLOPS, fx.HOPPER_64, lambda v, s: (v * factor, s))
+    path = fx.results_file(root, fx.BASE)
+    if not refused:
+        parse_results_file(path)
+        return
+    with pytest.raises(StoreError, match="TFLOPs and latency were not measured as one") as raised:
+        parse_results_file(path)
+    assert str(raised.value).startswith(f"{path}: not a valid asv results file: tilelang-hopper h=128 b=64 ")
+
+
+def test_a_gate_on_a_record_whose_tflops_disagree_exits_2_naming_it(tmp_path, capsys):
+    from mlagate import cli
+
+    root = fx.copy_store(tmp_path)
+    fx.edit(root, fx.SLOW, BENCH_TFLOPS, fx.HOPPER_64, lambda v, s: (v * 1.3, s))  # the latency moved, TFLOPs not
+    out = tmp_path / "out"
+    code = cli.main(["gate", "--base", fx.BASE, "--head", fx.SLOW, "--machine", fx.MACHINE, "--results", str(root),
+                     "--out", str(out)])
+    assert code == 2 and not out.exists()
+    err = capsys.readouterr().err
+    assert str(fx.results_file(root, fx.SLOW)) in err and "tilelang-hopper h=128 b=64" in err
+
+
 def test_infinity_anywhere_is_refused(tmp_path):
     root = fx.copy_store(tmp_path)
     path = fx.results_file(root, fx.BASE)

@@ -59,8 +59,9 @@ def platform() -> str:
     return "rocm" if getattr(torch.version, "hip", None) else "cuda"
 
 
-def environment(device=None) -> dict:
-    """What a result was measured on: GPU, architecture, versions, clocks, commit."""
+def environment(device=None, commit=None) -> dict:
+    """What a result was measured on: GPU, architecture, versions, clocks, and the commit measured
+    (``commit``, for a record of another commit; else the checkout's HEAD)."""
     import torch
 
     env = {
@@ -73,7 +74,7 @@ def environment(device=None) -> dict:
         "cuda": torch.version.cuda,
         "hip": getattr(torch.version, "hip", None),
         "platform": platform(),
-        "commit": gitops.head_or_none(),
+        "commit": commit or gitops.head_or_none(),
     }
     if torch.cuda.is_available():
         from mlagate.kernels.mla_decode import device_arch

@@ -136,14 +136,14 @@ def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, dead
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise ValueError(f"asv machine --machine {machine} failed: {(out.stderr or out.stdout).strip()[-2000:]}")
-    start = environment.environment()
+    start = environment.environment(commit=commit)
     # forkserver: asv imports the suite once and forks a process per case (asv_suite.preload).
     cmd = [*asv, "run", "--python=same", "--set-commit-hash", commit, "--machine", machine, "--record-samples",
            "--launch-method", "forkserver", "--show-stderr", "--config", str(conf_path)]
     if bench_regex:
         cmd += ["--bench", bench_regex]
     code, log = _stream(cmd, env, source, echo)
-    end = environment.environment()
+    end = environment.environment(commit=commit)
     staged = Store(staging)
     if staged.load(machine, commit) is None:
         raise StoreError(f"asv wrote no results for {commit[:8]} (exit code {code}; its log is above); "

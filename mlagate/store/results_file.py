@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlagate.case import DENSE, PARAM_NAMES, case_label
+from mlagate.measure.metrics import flops
 from mlagate.store.errors import StoreError
 
 BENCH_TIME = "mla_decode.TimeDecode.time_decode"
@@ -141,6 +142,26 @@ def _benchmark(name, row, columns) -> dict:
             for i, (key, value) in enumerate(zip(keys, results))}
 
 
+# A case's TFLOPs and latency come from one measurement (tflops = flops / median latency): a record
+# where they disagree by more than this was not measured as one, and its ratios cannot be trusted.
+TFLOPS_TOLERANCE = 0.01
+
+
+def _agree(benchmarks: dict):
+    """Refuse a case whose recorded TFLOPs is not its work over its recorded median latency."""
+    times, rates = benchmarks.get(BENCH_TIME, {}), benchmarks.get(BENCH_TFLOPS, {})
+    for key, rate in rates.items():
+        seconds, tflops = ok_value(times.get(key)), ok_value(rate)
+        if seconds is None or tflops is None:
+            continue
+        _, batch, seqlen, _, heads, _ = key
+        implied = flops(batch, heads, seqlen) / seconds / 1e12
+        if abs(tflops / implied - 1) > TFLOPS_TOLERANCE:
+            raise _Invalid(f"{case_label(key)}: {tflops:.4g} TFLOPs recorded, but its median latency "
+                           f"{seconds * 1e6:.4g} us implies {implied:.4g} (off by more than "
+                           f"{TFLOPS_TOLERANCE:.0%}): TFLOPs and latency were not measured as one")
+
+
 def _header(data) -> tuple:
     """(commit, date, result_columns) of a results file, each checked."""
     if not isinstance(data, dict):
@@ -205,6 +226,7 @@ def parse_results_file(path) -> tuple:
             benchmarks.setdefault(WORKLOAD_BENCH.get(name, name), {}).update(_benchmark(name, row, columns))
         if infinite:
             raise _Invalid(f"{infinite}: an infinite number")
+        _agree(benchmarks)
         return commit, date, benchmarks
     except _Invalid as e:
         raise StoreError(f"{path}: not a valid asv results file: {e}") from None
