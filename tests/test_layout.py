@@ -83,3 +83,31 @@ def test_the_names_perf_yml_may_use_are_the_implementations_there_are():
     from mlagate.measure import impls
 
     assert tuple(impls.PREPARE) == config.KNOWN_IMPLS
+
+
+# A newcomer's three questions, answered by the README's layout table: the row whose "where a change goes" cell
+# holds the phrase, and the files that cell names for it (in backticks, relative to the row's folder or the root).
+NEWCOMER_QUESTIONS = ("a new vendor kernel", "a new gate rule", "a new workload")
+
+
+def layout_rows(readme: str) -> list:
+    """(folder cell, where-a-change-goes cell) of every row of the README's layout table."""
+    table = readme[readme.index("## Layout"):].split("\n## ", 1)[0]
+    header, *rows = [line for line in table.splitlines() if line.startswith("|")]
+    assert "where a change goes" in header, "the layout table lost its 'where a change goes' column"
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows if not set(row) <= set("|-: ")]
+    return [(c[0], c[-1]) for c in cells]
+
+
+def test_the_layout_table_says_where_a_vendor_kernel_a_gate_rule_and_a_workload_go():
+    rows = layout_rows((ROOT / "README.md").read_text())
+    for question in NEWCOMER_QUESTIONS:
+        answers = [(folder, goes) for folder, goes in rows if question in goes]
+        assert len(answers) == 1, f"the layout table should say in one row where {question} goes: {answers}"
+        folder, goes = answers[0]
+        named = goes[goes.index(question):].split(";")[0]  # the files named for this question
+        files = [n for n in named.split("`")[1::2] if "." in n or "/" in n]
+        assert files, f"{question!r}: the layout table names no file ({goes!r})"
+        bases = [ROOT / f.strip("`") for f in folder.split("`")[1::2]] + [ROOT]
+        missing = [f for f in files if not any((b / f).exists() for b in bases)]
+        assert not missing, f"{question!r}: the layout table names files that are not in the tree: {missing}"
