@@ -57,15 +57,17 @@ URI_SAFE = "!*'()"  # what JavaScript's encodeURIComponent leaves alone, besides
 
 # -- asv's pages -----------------------------------------------------------------
 
-def publish_asv(results: Path, html_dir: Path) -> bool:
-    """``asv publish`` of the store into html_dir; True if its pages work offline."""
+def publish_asv(results: Path, html_dir: Path, repo: Path) -> bool:
+    """``asv publish`` of the store into html_dir, its commits ordered by ``repo``'s history; True if its
+    pages work offline."""
     with tempfile.TemporaryDirectory(prefix="mlagate-report-") as tmp:
         conf = Path(tmp) / "asv.conf.json"
-        conf.write_text(json.dumps(recorder.asv_config(gitops.REPO, results.resolve(), html_dir.resolve())))
+        settings = recorder.asv_config(gitops.REPO, results.resolve(), html_dir.resolve())
+        conf.write_text(json.dumps({**settings, "repo": str(repo)}))
         # asv runs git in the checkout, which in a container may belong to another user.
         env = {**os.environ, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
         done = subprocess.run([sys.executable, "-m", "asv", "publish", "--no-pull", "--config", str(conf)],
-                              capture_output=True, text=True, cwd=gitops.REPO, env=env)
+                              capture_output=True, text=True, cwd=repo, env=env)
     if done.returncode != 0:
         raise StoreError(f"{results}: asv publish failed (exit {done.returncode}): "
                          f"{(done.stdout + done.stderr).strip()[-1500:]}")
@@ -257,8 +259,10 @@ PAGE = """<!DOCTYPE html>
 """
 
 
-def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_json=None, last: int = 10) -> list:
-    """Write OUT/asv (asv publish) and OUT/index.html with its PNGs; returns the store's skipped files."""
+def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_json=None, last: int = 10,
+          repo: Path = gitops.REPO) -> list:
+    """Write OUT/asv (asv publish; ``repo`` holds the recorded commits) and OUT/index.html with its PNGs;
+    returns the store's skipped files."""
 
     store = Store(results)
     machine = pick_machine(store, machine)
@@ -269,7 +273,7 @@ def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_js
     history.sort(key=lambda r: (r.date, ((envs[r.commit] or {}).get("start") or {}).get("time") or "", r.commit))
     newest = history[-1]
     out.mkdir(parents=True, exist_ok=True)
-    offline = publish_asv(results, out / "asv")
+    offline = publish_asv(results, out / "asv", repo)
 
     runs = [(f"asv run of {newest.commit[:8]}", envs[newest.commit])]
     if bench_json:
