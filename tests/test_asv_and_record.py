@@ -119,17 +119,6 @@ def test_asv_skips_what_the_grid_skipped(monkeypatch):
     assert _run_asv_case(bench, skipped, case) is None
 
 
-@pytest.fixture
-def clone(tmp_path, monkeypatch):
-    """Record in a clone of this repository: a record adds and prunes git worktrees, and this
-    checkout is not the tests' to change. HOME: `asv machine` writes ~/.asv-machine.json."""
-    repo = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", str(gitops.REPO), str(repo)], check=True)
-    monkeypatch.setattr(gitops, "REPO", repo)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    return repo
-
-
 def files(root) -> dict:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
