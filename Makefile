@@ -25,6 +25,7 @@ test: venv
 	$(BIN)/python -m pytest
 
 lint: venv
+	$(BIN)/ruff check
 	$(BIN)/python -m pytest tests/test_containers.py -q
 
 # On a GPU host (device nodes present), the compose `bench` service's command: records HEAD and BASE

@@ -13,9 +13,7 @@ import pytest
 
 from mlagate import cli, gitops
 from mlagate import config as config_mod
-
 from mlagate.store import record
-
 from mlagate.store.results import Store
 from mlagate.store.results_file import BENCH_TIME
 
@@ -26,8 +24,8 @@ def test_asv_discovers_the_benchmarks(tmp_path):
     conf.update(repo=str(gitops.REPO), benchmark_dir=str(gitops.REPO / "benchmarks"), results_dir=str(tmp_path / "r"),
                 html_dir=str(tmp_path / "h"))
     (tmp_path / "asv.json").write_text(json.dumps(conf))
-    out = subprocess.run([sys.executable, "-m", "asv", "check", "--python=same", "--config", str(tmp_path / "asv.json")],
-                         capture_output=True, text=True, cwd=gitops.REPO)
+    out = subprocess.run([sys.executable, "-m", "asv", "check", "--python=same",
+                          "--config", str(tmp_path / "asv.json")], capture_output=True, text=True, cwd=gitops.REPO)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "No problems found" in out.stdout
 

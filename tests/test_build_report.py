@@ -20,7 +20,8 @@ CFG = config.load()
 
 # ptxas -v of tilelang 0.1.15's cdna3 split program for sm_90a (nvcc 13.0), as captured.
 PTXAS_SAMPLE = """\
-ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient register resources for the wgmma pipeline in the function 'main_split_kernel'
+ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to \
+insufficient register resources for the wgmma pipeline in the function 'main_split_kernel'
 ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'main_split_kernel_1' for 'sm_90a'
 ptxas info    : Function properties for main_split_kernel_1

@@ -6,8 +6,8 @@ import re
 import pytest
 import torch
 
-from mlagate.measure import harness
 from mlagate.kernels import mla_decode as m
+from mlagate.measure import harness
 from test_kernel_gpu import ATOL, LSE_ATOL, RTOL  # the GPU tests' comparisons, checked here on the reference
 
 # Tensor-core instructions as called in a kernel's body (TileLang 0.1.15's code generation); the

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from mlagate import cli, config, gitops
-from mlagate.ladder import run as pipeline
 from mlagate.case import Case
-from mlagate.ladder import rules as ladder
-from mlagate.decide.vocabulary import Kind, Note, Outcome, Status
 from mlagate.decide.verdict import CaseVerdict, Verdict
+from mlagate.decide.vocabulary import Kind, Note, Outcome, Status
 from mlagate.ladder import report
+from mlagate.ladder import rules as ladder
+from mlagate.ladder import run as pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 CFG = config.load()

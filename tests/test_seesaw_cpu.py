@@ -274,7 +274,8 @@ def test_a_ladder_over_a_seesaw_cache_of_one_tile_is_refused_naming_the_grid(tmp
     grid = dataclasses.replace(cfg.grid, sizes={**cfg.grid.sizes, "tiny": ((64,), (64,), (16,))},
                                workloads={**cfg.grid.workloads, "tiny": ()})
     gated = dataclasses.replace(cfg, grid=grid, gate=dataclasses.replace(cfg.gate, gated=("tilelang-seesaw",)))
-    with pytest.raises(ValueError, match=r"^--grid tiny: tilelang-seesaw h=16 b=64 s=64 float16 runs another schedule's kernel"):
+    with pytest.raises(ValueError,
+                       match=r"^--grid tiny: tilelang-seesaw h=16 b=64 s=64 float16 runs another schedule's kernel"):
         ladder.plan(gated, base_rev="HEAD", grid="tiny", impls="tilelang-seesaw,flash_mla", out=str(tmp_path / "o"))
     assert not (tmp_path / "o").exists()
 

@@ -11,18 +11,17 @@ import math
 import pytest
 import yaml
 
+import dying_jobs
 from mlagate import cli, config
-from mlagate.config import tune as config_tune
-from mlagate.tune import run as pipeline
 from mlagate.build import lower
 from mlagate.case import Case, CaseResult, RunStatus, Samples
+from mlagate.config import tune as config_tune
 from mlagate.config.reader import ConfigError
-from mlagate.tune import rules as decide
 from mlagate.kernels import mla_decode as m
 from mlagate.kernels import tuned
 from mlagate.measure.precompile import ProcessDied, in_processes
-
-import dying_jobs
+from mlagate.tune import rules as decide
+from mlagate.tune import run as pipeline
 
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 SMALL_SPACE = {"block_N": [32, 64]}  # with the default (N64): two candidates per shape
