@@ -138,6 +138,7 @@ def test_record_without_a_gpu_refuses_before_writing_anything(tmp_path, capsys, 
     assert not (clone / ".asv" / "records").exists()
 
 
+@pytest.mark.slow
 def test_record_on_a_cpu_through_asv_then_refuses_a_second_record(tmp_path, capsys, monkeypatch, clone):
     """The whole asv path, on a CPU: the GPU check (in this process, before asv starts) stands
     aside and the suite skips every case with its reason."""
@@ -195,6 +196,7 @@ print(calls, "tilelang" in sys.modules)
     assert out.stdout.strip() == "[] False"
 
 
+@pytest.mark.slow
 def test_a_sharded_record_measures_only_its_runners_points(tmp_path, capsys, monkeypatch, clone):
     """--shard reaches the asv suite: the results file holds this runner's grid points only, and
     the env sidecar says which shard it is (what `mlagate results merge` checks)."""

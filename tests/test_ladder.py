@@ -143,6 +143,7 @@ def _lowered(module, case: Case, arch: str) -> str:
     return re.sub(r"workspace(_\d+)?", "workspace", source)  # TileLang 0.1.15 numbers these run to run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch, family", [("sm_90", "hopper"), ("gfx942", "cdna3")])
 def test_the_patched_kernel_file_lowers_with_its_spin_and_other_shapes_unchanged(tmp_path, arch, family):
     """The real contract: the step commit's kernel file, imported as asv and the re-measure import it, lowers

@@ -147,15 +147,15 @@ def test_the_split_count_is_the_dense_fill_rule_capped_by_the_table():
 
 # The lowerings, few: each takes seconds on a CPU. (arch, config, page_size, heads, batch, max_pages):
 # both targets, both configs, both tile paths (gathered rows at page 1, one page per tile at 64),
-# split + combine and no-split.
+# split + combine and no-split. The fast lane lowers one; the others are slow.
 LOWERINGS = [
-    ("sm_90a", "hopper", 64, 128, 1, 2048),
-    ("sm_90a", "hopper", 1, 16, 1, 131072),
-    ("sm_90a", "hopper", 64, 128, 132, 64),
-    ("sm_90a", "cdna3", 1, 16, 2, 4096),
+    pytest.param("sm_90a", "hopper", 64, 128, 1, 2048, marks=pytest.mark.slow),
+    pytest.param("sm_90a", "hopper", 1, 16, 1, 131072, marks=pytest.mark.slow),
+    pytest.param("sm_90a", "hopper", 64, 128, 132, 64, marks=pytest.mark.slow),
+    pytest.param("sm_90a", "cdna3", 1, 16, 2, 4096, marks=pytest.mark.slow),
     ("gfx942", "cdna3", 64, 16, 1, 2048),
-    ("gfx942", "cdna3", 1, 128, 1, 131072),
-    ("gfx942", "cdna3", 64, 128, 304, 16),
+    pytest.param("gfx942", "cdna3", 1, 128, 1, 131072, marks=pytest.mark.slow),
+    pytest.param("gfx942", "cdna3", 64, 128, 304, 16, marks=pytest.mark.slow),
 ]
 
 

@@ -248,6 +248,7 @@ def _killed_record(tmp_path, repo, root, rev, mode):
     assert run.returncode == -signal.SIGKILL, run.stdout[-3000:] + run.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_a_record_killed_anywhere_leaves_the_store_whole_and_the_next_one_runs(tmp_path, clone, monkeypatch,
                                                                                capsys):
     from mlagate import cli

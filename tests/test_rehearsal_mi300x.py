@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REHEARSAL = Path(__file__).resolve().parent / "rehearsal"
 DOCKERFILE = ROOT / "Dockerfile.rocm"
 
+pytestmark = pytest.mark.slow  # a whole gate through asv in subprocesses, twice: ~45 s on a CPU
+
 
 def git(repo, *args):
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()

@@ -146,6 +146,7 @@ def fake_gpu(monkeypatch, medians_us=None, stop_after=None, model="Fake GPU"):
     return rounds
 
 
+@pytest.mark.slow
 def test_a_candidate_over_the_shared_memory_limit_is_skipped_with_its_bytes_never_launched(monkeypatch, tmp_path):
     # block_N 128 with 2 stages needs about 311 KB on sm_90 (limit 227 KB); the default, about 166 KB.
     raw = raw_with({"block_N": [128], "threads": [128]})
@@ -450,6 +451,7 @@ def test_a_process_that_dies_fails_only_its_own_item():
     assert outcomes == {1: 2, 2: 4, 4: 8, 5: 10, 6: 12}
 
 
+@pytest.mark.slow
 def test_a_candidate_whose_lowering_kills_its_process_fails_alone(monkeypatch, tmp_path, perf_yml):
     monkeypatch.setattr(lower, "lower_job", dying_jobs.lower_or_die)  # spawned processes import it by name
     rounds = fake_gpu(monkeypatch)
