@@ -1,5 +1,6 @@
 # Two entry points (README quick-start):
-#   make test    fresh clone -> .venv with pinned packages -> pytest (GPU tests skip without a GPU)
+#   make test    fresh clone -> .venv with pinned packages -> pytest's fast lane (GPU tests skip without a GPU);
+#                `make test-slow` runs the rest: the tests marked slow (pyproject.toml says which and why)
 #   make bench   on a GPU host: record this commit (and BASE if missing), gate it against BASE
 #                (bare-host twin of `docker compose run --rm bench`); elsewhere: `mlagate demo`
 PYTHON ?= python3
@@ -12,7 +13,7 @@ BASE ?= origin/main
 GRID ?= full
 RESULTS ?= .asv/results
 
-.PHONY: test bench venv lint
+.PHONY: test test-slow bench venv lint
 
 $(BIN)/mlagate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +22,17 @@ $(BIN)/mlagate: pyproject.toml
 
 venv: $(BIN)/mlagate
 
+# Two processes (xdist) whatever the machine: the lanes are sized for a 2-core CI runner.
 test: venv
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slow" -n 2
+
+# loadscope: a module's tests on one worker, so a module-wide lowering (the seesaw's source, the rehearsal's
+# gate) runs once. Exit 5 is pytest's "no tests collected": a slow lane left empty is not a failure.
+test-slow: venv
+	$(BIN)/python -m pytest -m slow -n 2 --dist loadscope || [ $$? -eq 5 ]
 
 lint: venv
+	$(BIN)/ruff check
 	$(BIN)/python -m pytest tests/test_containers.py -q
 
 # On a GPU host (device nodes present), the compose `bench` service's command: records HEAD and BASE

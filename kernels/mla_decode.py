@@ -82,7 +82,8 @@ class TileConfig:
             if value % multiple:
                 raise ValueError(f"config {self.name}: {name} must be a multiple of {multiple}, got {value}")
         if not isinstance(self.num_split, int) or self.num_split < 0:
-            raise ValueError(f"config {self.name}: num_split must be an integer >= 0 (0 = auto), got {self.num_split!r}")
+            raise ValueError(f"config {self.name}: num_split must be an integer >= 0 (0 = auto), "
+                             f"got {self.num_split!r}")
         if not isinstance(self.num_stages, int) or self.num_stages < 0:
             raise ValueError(f"config {self.name}: num_stages must be >= 0, got {self.num_stages!r}")
         # At most 4: each stage is one more K/V tile (block_N x 576 elements) in shared memory, and a decode

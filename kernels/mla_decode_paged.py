@@ -32,8 +32,16 @@ import tilelang
 import tilelang.language as T
 
 from mlagate.kernels import mla_decode as dense
-from mlagate.kernels.mla_decode import (DTYPES, LN2, LOG2E, PASS_CONFIGS, TileConfig, check_device,
-                                        device_arch, target_for)
+from mlagate.kernels.mla_decode import (
+    DTYPES,
+    LN2,
+    LOG2E,
+    PASS_CONFIGS,
+    TileConfig,
+    check_device,
+    device_arch,
+    target_for,
+)
 
 
 @dataclass(frozen=True)
@@ -124,7 +132,8 @@ def plan(shape: PagedShape, config: TileConfig, arch: str, sm_count: int | None 
     the longest possible sequence has; its head block and threads are the dense kernel's."""
     shape.check()
     if config.schedule != "pipelined":
-        raise ValueError(f"config {config.name}: the paged kernel has the pipelined schedule only, not {config.schedule}")
+        raise ValueError(f"config {config.name}: the paged kernel has the pipelined schedule only, "
+                         f"not {config.schedule}")
     p = dense.plan(shape.dense(), config, arch, sm_count)
     return PagedPlan(shape, config, p.num_split, p.block_H, p.threads)
 

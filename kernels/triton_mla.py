@@ -29,7 +29,7 @@ def _split_kernel(Q, Q_pe, KV, K_pe, O_part, Lse_part, seqlen, split_len, scale_
     start = split * split_len
     end = tl.minimum(start + split_len, seqlen)
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_H], tl.float32)
+    row_sum = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, DIM], tl.float32)
     for n0 in range(start, end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
@@ -42,13 +42,13 @@ def _split_kernel(Q, Q_pe, KV, K_pe, O_part, Lse_part, seqlen, split_len, scale_
         m_new = tl.maximum(m, tl.max(s, 1))
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(s - m_new[:, None])
-        l = l * alpha + tl.sum(p, 1)
+        row_sum = row_sum * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(k.dtype), k)
         m = m_new
-    acc = acc / l[:, None]
+    acc = acc / row_sum[:, None]
     base = (b * HEADS + heads) * NUM_SPLIT + split
     tl.store(O_part + base[:, None] * DIM + d[None, :], acc)
-    tl.store(Lse_part + base, m + tl.log2(l))
+    tl.store(Lse_part + base, m + tl.log2(row_sum))
 
 
 @triton.jit

@@ -19,7 +19,8 @@ def _kernels_from_source_tree():
     init = here.parent / "kernels" / "__init__.py"
     if (here / "kernels").is_dir() or not init.is_file() or "mlagate.kernels" in sys.modules:
         return
-    spec = importlib.util.spec_from_file_location("mlagate.kernels", init, submodule_search_locations=[str(init.parent)])
+    spec = importlib.util.spec_from_file_location("mlagate.kernels", init,
+                                                  submodule_search_locations=[str(init.parent)])
     module = importlib.util.module_from_spec(spec)
     sys.modules["mlagate.kernels"] = module
     spec.loader.exec_module(module)

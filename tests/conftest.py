@@ -1,4 +1,9 @@
+import subprocess
+from pathlib import Path
+
 import pytest
+
+from mlagate import gitops
 
 
 def pytest_addoption(parser):
@@ -32,10 +37,6 @@ def kernel_commits(tmp_path):
     """A git repository of today's kernels/ files and tuned tables: ``commit({"mla_decode.py": "base"})`` commits
     them, each file named there with ``MARK = "base"`` appended (and ``appended``'s text to the files it names),
     and returns the commit's hash."""
-    import subprocess
-
-    from mlagate import gitops
-
     def git(*args):
         return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True, text=True).stdout
 
@@ -57,3 +58,37 @@ def kernel_commits(tmp_path):
 
     commit.repo = tmp_path
     return commit
+
+
+@pytest.fixture(scope="session")
+def fresh_clone():
+    """``fresh_clone(dest)``: a clone of this repository's HEAD at dest, on a branch named main (the branch
+    asv.conf.json names, whatever branch or detached HEAD this checkout is on), committing as a local user."""
+    def make(dest: Path) -> Path:
+        subprocess.run(["git", "clone", "-q", str(gitops.REPO), str(dest)], check=True)
+        for args in (("checkout", "-q", "-B", "main"), ("config", "user.name", "mlagate tests"),
+                     ("config", "user.email", "tests@localhost"), ("config", "commit.gpgsign", "false")):
+            subprocess.run(["git", "-C", str(dest), *args], check=True, capture_output=True)
+        return dest
+
+    return make
+
+
+@pytest.fixture
+def clone(tmp_path, monkeypatch, fresh_clone):
+    """Records run in a fresh clone: a record adds and prunes git worktrees, and this checkout is not the
+    tests' to change. HOME: `asv machine` writes ~/.asv-machine.json."""
+    repo = fresh_clone(tmp_path / "repo")
+    monkeypatch.setattr(gitops, "REPO", repo)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return repo
+
+
+@pytest.fixture(scope="module")
+def browser(pages, tmp_path_factory):
+    """(base URL, headless Chromium) on the module's ``pages`` folder, served over HTTP (tests/chromium.py);
+    skips with the reason where there is no browser."""
+    from chromium import serving
+
+    with serving(pages, tmp_path_factory.mktemp("chromium-profile")) as served:
+        yield served

@@ -13,9 +13,7 @@ import pytest
 
 from mlagate import cli, gitops
 from mlagate import config as config_mod
-
 from mlagate.store import record
-
 from mlagate.store.results import Store
 from mlagate.store.results_file import BENCH_TIME
 
@@ -26,8 +24,8 @@ def test_asv_discovers_the_benchmarks(tmp_path):
     conf.update(repo=str(gitops.REPO), benchmark_dir=str(gitops.REPO / "benchmarks"), results_dir=str(tmp_path / "r"),
                 html_dir=str(tmp_path / "h"))
     (tmp_path / "asv.json").write_text(json.dumps(conf))
-    out = subprocess.run([sys.executable, "-m", "asv", "check", "--python=same", "--config", str(tmp_path / "asv.json")],
-                         capture_output=True, text=True, cwd=gitops.REPO)
+    out = subprocess.run([sys.executable, "-m", "asv", "check", "--python=same",
+                          "--config", str(tmp_path / "asv.json")], capture_output=True, text=True, cwd=gitops.REPO)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "No problems found" in out.stdout
 
@@ -119,17 +117,6 @@ def test_asv_skips_what_the_grid_skipped(monkeypatch):
     assert _run_asv_case(bench, skipped, case) is None
 
 
-@pytest.fixture
-def clone(tmp_path, monkeypatch):
-    """Record in a clone of this repository: a record adds and prunes git worktrees, and this
-    checkout is not the tests' to change. HOME: `asv machine` writes ~/.asv-machine.json."""
-    repo = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", str(gitops.REPO), str(repo)], check=True)
-    monkeypatch.setattr(gitops, "REPO", repo)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    return repo
-
-
 def files(root) -> dict:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
@@ -151,6 +138,7 @@ def test_record_without_a_gpu_refuses_before_writing_anything(tmp_path, capsys, 
     assert not (clone / ".asv" / "records").exists()
 
 
+@pytest.mark.slow
 def test_record_on_a_cpu_through_asv_then_refuses_a_second_record(tmp_path, capsys, monkeypatch, clone):
     """The whole asv path, on a CPU: the GPU check (in this process, before asv starts) stands
     aside and the suite skips every case with its reason."""
@@ -210,6 +198,7 @@ print(calls, "tilelang" in sys.modules)
     assert out.stdout.strip() == "[] False"
 
 
+@pytest.mark.slow
 def test_a_sharded_record_measures_only_its_runners_points(tmp_path, capsys, monkeypatch, clone):
     """--shard reaches the asv suite: the results file holds this runner's grid points only, and
     the env sidecar says which shard it is (what `mlagate results merge` checks)."""

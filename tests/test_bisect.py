@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 import gate_fixtures as fx
-from mlagate import cli, config
-from mlagate import gitops
+from mlagate import cli, config, gitops
+from mlagate.bisect.rules import Finding, search
 from mlagate.bisect.run import drift, first_parent_commits
 from mlagate.store.errors import GateError
-from mlagate.bisect.rules import Finding, search
 from mlagate.store.results import Store
 
 NOISE = Path(__file__).parent / "fixtures" / "h200" / "noise_study_2026-11-29.json"

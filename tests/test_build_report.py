@@ -20,7 +20,8 @@ CFG = config.load()
 
 # ptxas -v of tilelang 0.1.15's cdna3 split program for sm_90a (nvcc 13.0), as captured.
 PTXAS_SAMPLE = """\
-ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient register resources for the wgmma pipeline in the function 'main_split_kernel'
+ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to \
+insufficient register resources for the wgmma pipeline in the function 'main_split_kernel'
 ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'main_split_kernel_1' for 'sm_90a'
 ptxas info    : Function properties for main_split_kernel_1
@@ -142,6 +143,7 @@ def _small_perf_yml(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_a_kernel_that_cannot_launch_on_mi300x_fails_the_build(tmp_path, monkeypatch, capsys):
     """cdna3 with block_N=128: the K/V tile alone is 128 x 512 x 2 = 128 KB of LDS."""
     bad = m.CDNA3.with_(name="cdna3-bigN", block_N=128)
@@ -157,6 +159,7 @@ def test_a_kernel_that_cannot_launch_on_mi300x_fails_the_build(tmp_path, monkeyp
     assert "❌ [shared_memory] cdna3-bigN" in (tmp_path / "build-hip-gfx942.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_hopper_config_over_227_kb_fails_without_a_base():
     bad = m.HOPPER.with_(name="hopper-big", block_N=128, block_H=128)
     reports = report.build_reports(["cuda:sm_90a"], {"cuda:sm_90a": [bad]}, [m.Shape(batch=64, seqlen=1024)],
@@ -258,6 +261,7 @@ def test_gate_adds_build_findings_and_warns_on_a_missing_head_report(tmp_path):
 
 # -- one real compile -------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.skipif(toolchain.find_tool("nvcc") is None,
                     reason="nvcc not found on PATH or in $CUDA_HOME/bin: the CUDA build report cannot compile")
 def test_nvcc_compiles_a_hopper_kernel_and_reports_its_resources():
@@ -406,6 +410,7 @@ def test_hipcc_runs_with_tilelangs_own_command(fake_hipcc, tmp_path, monkeypatch
     assert toolchain.hip_toolchain() == (None, f"{tools['hipcc']} is not usable (HIP version: 5.2.21153-0)")
 
 
+@pytest.mark.slow
 def test_where_hipcc_exists_gfx942_reports_registers_and_new_spills_fail(fake_hipcc, cdna3_lowered, monkeypatch):
     monkeypatch.setattr(lower, "lower_job", lambda job: cdna3_lowered[job.plan()])
     reports = report.build_reports(["hip:gfx942"], {"hip:gfx942": [m.CDNA3]}, [m.Shape(batch=64, seqlen=1024)],
@@ -438,6 +443,7 @@ def test_where_hipcc_exists_gfx942_reports_registers_and_new_spills_fail(fake_hi
     assert not [f for f in build_rules.evaluate_build(source_base, rep, CFG) if f.failed]  # no numbers to compare
 
 
+@pytest.mark.slow
 def test_without_hipcc_gfx942_stays_source_level_and_says_so(cdna3_lowered, tmp_path, monkeypatch):
     monkeypatch.setattr(lower, "lower_job", lambda job: cdna3_lowered[job.plan()])
     monkeypatch.delenv("ROCM_PATH", raising=False)

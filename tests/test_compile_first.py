@@ -164,7 +164,8 @@ def test_a_compile_that_stops_early_releases_the_worker(on_sm_90, monkeypatch):
     lines = []
     with precompile.ahead(QUICK, 3, echo=lines.append) as ready:
         assert precompile.wait_compiled(ready, case, "cuda:0", limit_s=30) < 30
-    assert lines == ["compiling the TileLang kernels beside the timing failed (RuntimeError: boom); each case compiles its own"]
+    assert lines == ["compiling the TileLang kernels beside the timing failed (RuntimeError: boom); "
+                     "each case compiles its own"]
 
 
 def test_nothing_to_wait_for_without_a_compile_or_a_tilelang_kernel(on_sm_90, monkeypatch, tmp_path):
@@ -187,7 +188,8 @@ def test_a_case_sent_to_the_worker_names_the_kernel_the_compile_marked():
     assert any(c.paged for c in full)
     for case in full:
         sent = Case(**json.loads(json.dumps(dataclasses.asdict(case))))
-        assert precompile.marker(impls.case_kernel(sent, "sm_90")) == precompile.marker(impls.case_kernel(case, "sm_90"))
+        marker = precompile.marker(impls.case_kernel(case, "sm_90"))
+        assert precompile.marker(impls.case_kernel(sent, "sm_90")) == marker
 
 
 def test_the_worker_waits_for_each_kernel_and_warms_up_again_after_a_long_wait(monkeypatch):

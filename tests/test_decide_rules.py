@@ -17,13 +17,11 @@ import numpy as np
 import pytest
 import yaml
 
-from mlagate import config
-
-from mlagate import exits
+from mlagate import config, exits
 from mlagate.decide import stats
-from mlagate.measure import summary
 from mlagate.decide import verdict as decide
 from mlagate.decide.vocabulary import EXIT_CODE, Kind, Note, Outcome, Status
+from mlagate.measure import summary
 from mlagate.store.errors import StoreError
 from mlagate.store.results import CommitResults, Store
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, Entry, case_keys
@@ -214,7 +212,8 @@ def test_min_samples_comes_from_the_config():
 def test_results_without_samples_name_the_side(side, empty):
     entries = {"base": ok(samples(100)), "head": ok(samples(100))}
     entries[side] = Entry("ok", 100e-6, empty)
-    base, head = results("base", {HOP: entries["base"]}, {HOP: 0.8}), results("head", {HOP: entries["head"]}, {HOP: 0.8})
+    base = results("base", {HOP: entries["base"]}, {HOP: 0.8})
+    head = results("head", {HOP: entries["head"]}, {HOP: 0.8})
     cv = one(decide.evaluate(base, head, CFG, "cuda", history=[base, base]))
     assert cv.status == Status.ERROR
     assert notes(cv.reasons) == [(Kind.NO_SAMPLES, f"no raw samples in the {side} results (record with asv run "

@@ -4,12 +4,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mlagate import config
-
-from mlagate.measure import impls
-
-from mlagate.measure import environment  # noqa: E402
+from mlagate import config  # noqa: E402
 from mlagate.case import Case  # noqa: E402
+from mlagate.measure import environment, impls  # noqa: E402
 from mlagate.measure.harness import Inputs, checked_launch  # noqa: E402
 
 pytestmark = pytest.mark.gpu

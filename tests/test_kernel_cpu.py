@@ -6,8 +6,8 @@ import re
 import pytest
 import torch
 
-from mlagate.measure import harness
 from mlagate.kernels import mla_decode as m
+from mlagate.measure import harness
 from test_kernel_gpu import ATOL, LSE_ATOL, RTOL  # the GPU tests' comparisons, checked here on the reference
 
 # Tensor-core instructions as called in a kernel's body (TileLang 0.1.15's code generation); the
@@ -34,10 +34,10 @@ def test_an_include_is_not_an_mma_call():
 
 
 @pytest.mark.parametrize("arch,config,marker", [
-    ("gfx942", "cdna3", "mfma"),
-    ("gfx942", "cdna3-no-split", "mfma"),
-    ("sm_90", "hopper", "wgmma"),
-    ("sm_90", "cdna3", "mma"),
+    ("gfx942", "cdna3", "mfma"),  # the fast lane's lowering of the dense kernel
+    pytest.param("gfx942", "cdna3-no-split", "mfma", marks=pytest.mark.slow),
+    pytest.param("sm_90", "hopper", "wgmma", marks=pytest.mark.slow),
+    pytest.param("sm_90", "cdna3", "mma", marks=pytest.mark.slow),
 ])
 def test_configs_lower_without_a_gpu(arch, config, marker):
     cfg = m.CDNA3.with_(num_split=1) if config == "cdna3-no-split" else m.CONFIGS[config]
@@ -49,6 +49,7 @@ def test_configs_lower_without_a_gpu(arch, config, marker):
         assert source.count("__global__ void") >= 2
 
 
+@pytest.mark.slow
 def test_fewer_heads_than_the_head_block_lower():
     """16 heads: the head block shrinks to 16 (TMA tiles must match the tensor)."""
     source = m.lower(m.Shape(batch=1, seqlen=1000, heads=16), m.HOPPER, "sm_90")
@@ -71,8 +72,9 @@ TAIL_MASK = re.compile(
     r"\*\(float\d\*\)\(acc_s(?:_\d+)? \+ [^;]*\) = (?P=sel);")
 
 
-@pytest.mark.parametrize("arch, config", [(arch, name) for arch in ("gfx942", "sm_90a")
-                                          for name, cfg in m.CONFIGS.items() if cfg.runs_on(arch)])
+@pytest.mark.parametrize("arch, config", [  # gfx942's cdna3 in the fast lane; the seesaw's alone takes ~10 s
+    pytest.param(arch, name, marks=() if (arch, name) == ("gfx942", "cdna3") else pytest.mark.slow)
+    for arch in ("gfx942", "sm_90a") for name, cfg in m.CONFIGS.items() if cfg.runs_on(arch)])
 def test_masked_lowering_sets_the_tail_scores_to_minus_infinity(arch, config):
     """One masked tile per kernel; the seesaw's is its odd warpgroup's: the even one's tiles of 1000 tokens in 128-token
     splits all end by token 960, which TVM proves and drops the mask."""

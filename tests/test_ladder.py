@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from mlagate import cli, config, gitops
-from mlagate.ladder import run as pipeline
 from mlagate.case import Case
-from mlagate.ladder import rules as ladder
-from mlagate.decide.vocabulary import Kind, Note, Outcome, Status
 from mlagate.decide.verdict import CaseVerdict, Verdict
+from mlagate.decide.vocabulary import Kind, Note, Outcome, Status
 from mlagate.ladder import report
+from mlagate.ladder import rules as ladder
+from mlagate.ladder import run as pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 CFG = config.load()
@@ -143,6 +143,7 @@ def _lowered(module, case: Case, arch: str) -> str:
     return re.sub(r"workspace(_\d+)?", "workspace", source)  # TileLang 0.1.15 numbers these run to run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch, family", [("sm_90", "hopper"), ("gfx942", "cdna3")])
 def test_the_patched_kernel_file_lowers_with_its_spin_and_other_shapes_unchanged(tmp_path, arch, family):
     """The real contract: the step commit's kernel file, imported as asv and the re-measure import it, lowers

@@ -95,8 +95,10 @@ def good_inputs(**changes):
     (lambda a: {"cache_seqlens": torch.tensor([0, 40], dtype=torch.int32)},
      r"cache_seqlens: sequence 0 has length 0; each must be >= 1 and <= max_pages \* page_size = 48"),
     (lambda a: {"cache_seqlens": torch.tensor([3, 49], dtype=torch.int32)}, "cache_seqlens: sequence 1 has length 49"),
-    (lambda a: {"block_table": a["block_table"].clone().fill_(-1)}, r"block_table: a sequence's page id is outside 0 \.\. 3"),
-    (lambda a: {"block_table": a["block_table"].clone().index_fill_(1, torch.tensor([0]), 4)}, "block_table: a sequence"),
+    (lambda a: {"block_table": a["block_table"].clone().fill_(-1)},
+     r"block_table: a sequence's page id is outside 0 \.\. 3"),
+    (lambda a: {"block_table": a["block_table"].clone().index_fill_(1, torch.tensor([0]), 4)},
+     "block_table: a sequence"),
     (lambda a: {"q_pe": a["q_pe"].clone().fill_(float("nan"))}, "q_pe: contains NaN or Inf"),
     (lambda a: {"block_table": [[0]]}, "block_table: must be a torch.Tensor"),
     (lambda a: {}, "q: must be on a GPU"),
@@ -145,15 +147,15 @@ def test_the_split_count_is_the_dense_fill_rule_capped_by_the_table():
 
 # The lowerings, few: each takes seconds on a CPU. (arch, config, page_size, heads, batch, max_pages):
 # both targets, both configs, both tile paths (gathered rows at page 1, one page per tile at 64),
-# split + combine and no-split.
+# split + combine and no-split. The fast lane lowers one; the others are slow.
 LOWERINGS = [
-    ("sm_90a", "hopper", 64, 128, 1, 2048),
-    ("sm_90a", "hopper", 1, 16, 1, 131072),
-    ("sm_90a", "hopper", 64, 128, 132, 64),
-    ("sm_90a", "cdna3", 1, 16, 2, 4096),
+    pytest.param("sm_90a", "hopper", 64, 128, 1, 2048, marks=pytest.mark.slow),
+    pytest.param("sm_90a", "hopper", 1, 16, 1, 131072, marks=pytest.mark.slow),
+    pytest.param("sm_90a", "hopper", 64, 128, 132, 64, marks=pytest.mark.slow),
+    pytest.param("sm_90a", "cdna3", 1, 16, 2, 4096, marks=pytest.mark.slow),
     ("gfx942", "cdna3", 64, 16, 1, 2048),
-    ("gfx942", "cdna3", 1, 128, 1, 131072),
-    ("gfx942", "cdna3", 64, 128, 304, 16),
+    pytest.param("gfx942", "cdna3", 1, 128, 1, 131072, marks=pytest.mark.slow),
+    pytest.param("gfx942", "cdna3", 64, 128, 304, 16, marks=pytest.mark.slow),
 ]
 
 

@@ -44,15 +44,6 @@ def worktrees(repo) -> int:
     return sum(line.startswith("worktree ") for line in out.splitlines())
 
 
-@pytest.fixture
-def clone(tmp_path, monkeypatch):
-    repo = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", str(gitops.REPO), str(repo)], check=True)
-    monkeypatch.setattr(gitops, "REPO", repo)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # `asv machine` writes ~/.asv-machine.json
-    return repo
-
-
 def stage(folder: Path, commit=NEW) -> Path:
     """A finished record in a staging results directory, made from a real H200 one: its results
     file and sidecars under a new commit, and changed benchmarks.json and machine.json."""
@@ -257,6 +248,7 @@ def _killed_record(tmp_path, repo, root, rev, mode):
     assert run.returncode == -signal.SIGKILL, run.stdout[-3000:] + run.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_a_record_killed_anywhere_leaves_the_store_whole_and_the_next_one_runs(tmp_path, clone, monkeypatch,
                                                                                capsys):
     from mlagate import cli

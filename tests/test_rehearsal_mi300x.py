@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REHEARSAL = Path(__file__).resolve().parent / "rehearsal"
 DOCKERFILE = ROOT / "Dockerfile.rocm"
 
+pytestmark = pytest.mark.slow  # a whole gate through asv in subprocesses, twice: ~45 s on a CPU
+
 
 def git(repo, *args):
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
@@ -49,11 +51,8 @@ def shrink_to_cpu(perf_yml: Path, rocm_dtypes=None):
     perf_yml.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-def rehearse(tmp_path, rocm_dtypes=None, head_is_base=False):
-    repo = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
-    for key, value in (("user.name", "rehearsal"), ("user.email", "rehearsal@localhost")):
-        git(repo, "config", key, value)
+def rehearse(tmp_path, fresh_clone, rocm_dtypes=None, head_is_base=False):
+    repo = fresh_clone(tmp_path / "repo")
     shrink_to_cpu(repo / "perf.yml", rocm_dtypes)
     git(repo, "commit", "-qam", "rehearsal: CPU-sized grid")
     base = git(repo, "rev-parse", "HEAD")
@@ -73,8 +72,8 @@ def rehearse(tmp_path, rocm_dtypes=None, head_is_base=False):
 
 
 @pytest.fixture(scope="module")
-def rehearsal(tmp_path_factory):
-    return rehearse(tmp_path_factory.mktemp("mi300x"))
+def rehearsal(tmp_path_factory, fresh_clone):
+    return rehearse(tmp_path_factory.mktemp("mi300x"), fresh_clone)
 
 
 def test_the_bench_service_yields_a_verdict_on_an_mi300x(rehearsal):
@@ -116,9 +115,9 @@ def test_the_rehearsal_recorded_both_commits_through_asv_with_aiter(rehearsal):
     assert env["platform"] == "rocm" and env["start"]["arch"] == "gfx942" and env["start"]["sm_count"] == 304
 
 
-def test_an_fp16_grid_on_rocm_fails_closed_naming_each_case(tmp_path):
+def test_an_fp16_grid_on_rocm_fails_closed_naming_each_case(tmp_path, fresh_clone):
     """The ROCm path as it shipped (float16 only): aiter refuses fp16, so no ratio exists: exit 2."""
-    out, repo, _, _ = rehearse(tmp_path, rocm_dtypes=["float16"], head_is_base=True)
+    out, repo, _, _ = rehearse(tmp_path, fresh_clone, rocm_dtypes=["float16"], head_is_base=True)
     assert out.returncode == 2, out.stdout[-4000:] + out.stderr[-2000:]
     verdict = json.loads((repo / "out" / "gate" / "verdict.json").read_text())
     errors = [c for c in verdict["cases"] if c["status"] == "error"]

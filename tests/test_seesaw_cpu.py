@@ -119,6 +119,7 @@ def warpgroups(text: str) -> tuple:
     return body[start:split], body[split:]
 
 
+@pytest.mark.slow
 def test_each_warpgroup_computes_its_own_softmax_and_products(source):
     """Both warpgroups keep their fragments: one fragment shared by the two branches gives each only half its
     threads, and TileLang then dropped the odd warpgroup's softmax from the source altogether."""
@@ -128,6 +129,7 @@ def test_each_warpgroup_computes_its_own_softmax_and_products(source):
         assert re.search(rf"\(\(float\*\){rescale}\)\[[^\]]+\] = ", branch), f"{rescale} is never written"
 
 
+@pytest.mark.slow
 def test_kv_tiles_arrive_by_tma_and_the_two_warpgroups_sync_apart(source):
     even, odd = warpgroups(source)
     assert "tma_load(KV_desc" in even and "tma_load(KV_desc" in odd
@@ -148,6 +150,7 @@ def next_pair_waits(branch: str) -> list:
     return list(dict.fromkeys(waits))
 
 
+@pytest.mark.slow
 def test_each_warpgroup_scores_the_next_pair_in_the_order_its_tiles_land(source):
     """Warpgroup 0 requests K0_l and K0_pe itself, early, and scores them before K0_r, which warpgroup 1 requests
     only after its P0 V0_r; warpgroup 1 scores its own early K1_r first. With both scoring left, right, pe, each
@@ -206,6 +209,7 @@ def test_a_commit_that_imports_the_seesaw_by_name_is_not_re_measured():
     interleaved.check_buildable(m, m.SEESAW, "a" * 40)
 
 
+@pytest.mark.slow
 def test_the_ladders_patched_seesaw_lowers_with_its_spin_and_other_shapes_unchanged(source, tmp_path, monkeypatch):
     """A step commit's seesaw file, as the re-measure and asv import it: the listed shape's kernel spins its cycles
     at the start of the block; any other shape lowers to the very source base lowers."""
@@ -274,7 +278,8 @@ def test_a_ladder_over_a_seesaw_cache_of_one_tile_is_refused_naming_the_grid(tmp
     grid = dataclasses.replace(cfg.grid, sizes={**cfg.grid.sizes, "tiny": ((64,), (64,), (16,))},
                                workloads={**cfg.grid.workloads, "tiny": ()})
     gated = dataclasses.replace(cfg, grid=grid, gate=dataclasses.replace(cfg.gate, gated=("tilelang-seesaw",)))
-    with pytest.raises(ValueError, match=r"^--grid tiny: tilelang-seesaw h=16 b=64 s=64 float16 runs another schedule's kernel"):
+    with pytest.raises(ValueError,
+                       match=r"^--grid tiny: tilelang-seesaw h=16 b=64 s=64 float16 runs another schedule's kernel"):
         ladder.plan(gated, base_rev="HEAD", grid="tiny", impls="tilelang-seesaw,flash_mla", out=str(tmp_path / "o"))
     assert not (tmp_path / "o").exists()
 

@@ -1,13 +1,10 @@
 import numpy as np
 import pytest
 
-from mlagate.measure import grid as bench
-
-from mlagate.measure import metrics
-
+from mlagate.case import Case, CaseResult, RunStatus, Samples
 from mlagate.decide import stats
-from mlagate.measure import summary
-from mlagate.case import Case, CaseResult, Samples, RunStatus
+from mlagate.measure import grid as bench
+from mlagate.measure import metrics, summary
 
 
 def test_flops_and_bytes_match_flashmla_formulas():
@@ -51,7 +48,8 @@ def test_add_metrics_computes_vendor_ratio_within_a_run():
         return CaseResult(Case(impl, 64, 4096, "float16", 128), RunStatus.OK, samples=Samples((ms,) * 10, "", 0, 0, ""))
 
     rows = bench.add_metrics([row("tilelang-hopper", 0.2), row("flash_mla", 0.1),
-                              CaseResult(Case("aiter", 64, 4096, "float16", 128), RunStatus.SKIPPED)], vendor="flash_mla")
+                              CaseResult(Case("aiter", 64, 4096, "float16", 128), RunStatus.SKIPPED)],
+                             vendor="flash_mla")
     assert rows[0].vendor_ratio == pytest.approx(0.5)
     assert rows[1].vendor_ratio == pytest.approx(1.0)
     assert "tflops" not in rows[2].to_dict() and "vendor_ratio" not in rows[2].to_dict()

@@ -11,18 +11,17 @@ import math
 import pytest
 import yaml
 
+import dying_jobs
 from mlagate import cli, config
-from mlagate.config import tune as config_tune
-from mlagate.tune import run as pipeline
 from mlagate.build import lower
 from mlagate.case import Case, CaseResult, RunStatus, Samples
+from mlagate.config import tune as config_tune
 from mlagate.config.reader import ConfigError
-from mlagate.tune import rules as decide
 from mlagate.kernels import mla_decode as m
 from mlagate.kernels import tuned
 from mlagate.measure.precompile import ProcessDied, in_processes
-
-import dying_jobs
+from mlagate.tune import rules as decide
+from mlagate.tune import run as pipeline
 
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 SMALL_SPACE = {"block_N": [32, 64]}  # with the default (N64): two candidates per shape
@@ -147,6 +146,7 @@ def fake_gpu(monkeypatch, medians_us=None, stop_after=None, model="Fake GPU"):
     return rounds
 
 
+@pytest.mark.slow
 def test_a_candidate_over_the_shared_memory_limit_is_skipped_with_its_bytes_never_launched(monkeypatch, tmp_path):
     # block_N 128 with 2 stages needs about 311 KB on sm_90 (limit 227 KB); the default, about 166 KB.
     raw = raw_with({"block_N": [128], "threads": [128]})
@@ -451,6 +451,7 @@ def test_a_process_that_dies_fails_only_its_own_item():
     assert outcomes == {1: 2, 2: 4, 4: 8, 5: 10, 6: 12}
 
 
+@pytest.mark.slow
 def test_a_candidate_whose_lowering_kills_its_process_fails_alone(monkeypatch, tmp_path, perf_yml):
     monkeypatch.setattr(lower, "lower_job", dying_jobs.lower_or_die)  # spawned processes import it by name
     rounds = fake_gpu(monkeypatch)

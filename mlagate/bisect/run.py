@@ -12,9 +12,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mlagate import gitops
+from mlagate.bisect import rules as bisect
 from mlagate.case import Case
 from mlagate.config import Config
-from mlagate.bisect import rules as bisect
 from mlagate.decide import verdict
 from mlagate.gitops import git
 from mlagate.measure.impls import TILELANG_PREFIX  # only the TileLang kernels change between commits
@@ -22,6 +22,7 @@ from mlagate.measure.summary import median
 from mlagate.store.errors import GateError, StoreError
 from mlagate.store.results import Store
 from mlagate.store.results_file import BENCH_TIME
+
 
 def first_parent_commits(good: str, bad: str) -> list:
     """good, then every first-parent commit after it up to bad."""

@@ -85,11 +85,10 @@ def toolchain(kind: str) -> tuple:
 
 def nvcc_command(tools: dict, arch: str, source_path, cubin_path) -> list:
     """tilelang's cubin flags (tilelang/cuda/backend.py + contrib/nvcc.py) plus ptxas -v."""
+    import tilelang
     from tilelang.env import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH
 
     from mlagate.kernels import mla_decode
-
-    import tilelang
 
     cmd = [tools["nvcc"], "--cubin", "-O3", "-lineinfo", f"-arch={arch}", "-std=c++20", "-w",
            f"-I{TILELANG_TEMPLATE_PATH}", f"-I{CUTLASS_INCLUDE_DIR}", "-Xptxas", "-v"]

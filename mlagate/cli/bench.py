@@ -19,9 +19,8 @@ def add_parser(sub):
 
 
 def run(args, cfg) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     import torch
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mlagate.case import RunStatus
     from mlagate.measure import environment, grid, precompile

@@ -18,8 +18,7 @@ def add_parser(sub):
 
 def run(args, cfg) -> int:
     from mlagate.decide import calibration
-    from mlagate.report import plots
-    from mlagate.report import text
+    from mlagate.report import plots, text
 
     measured = ladder_points(Path(args.ladder)) if args.ladder else ()  # before anything is written
     data = json.loads(Path(args.noise).read_text())

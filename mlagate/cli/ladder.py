@@ -1,6 +1,7 @@
 """`mlagate ladder`: qualify a runner. Throw-away commits on base add a spin of x% of each case's own time
-inside its TileLang kernel (calibrated on the GPU); each is recorded and gated against base, repeatedly, and a table says what
-the gate measured against what was injected. Exit 0 once the table is written: it reports, it does not judge."""
+inside its TileLang kernel (calibrated on the GPU); each is recorded and gated against base, repeatedly, and a
+table says what the gate measured against what was injected. Exit 0 once the table is written: it reports, it
+does not judge."""
 
 from mlagate import exits
 from mlagate.ladder.rules import DEFAULT_STEPS, step_name

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import yaml
 
+from mlagate.case import TILELANG_PREFIX, Case, family_impl
 from mlagate.config import tune as config_tune
 from mlagate.config import workloads as config_workloads
-from mlagate.config.workloads import MAX_LENGTH
-from mlagate.case import TILELANG_PREFIX, Case, family_impl
 from mlagate.config.reader import ConfigError, KeyReader, UniqueKeyLoader, open_section_keys
+from mlagate.config.workloads import MAX_LENGTH
 from mlagate.hardware import arch_key
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout this mlagate is imported from

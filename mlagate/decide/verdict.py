@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from mlagate.case import case_label
 from mlagate.config import Config, Platform
 from mlagate.decide import stats
-from mlagate.measure.summary import median
 from mlagate.decide.vocabulary import EXIT_CODE, Kind, Note, Outcome, Status
+from mlagate.measure.summary import median
 from mlagate.store.results import CommitResults
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, ok_value
 

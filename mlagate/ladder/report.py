@@ -1,7 +1,7 @@
 """`mlagate ladder`'s table (Markdown) and plot (PNG): measured change against the injected one."""
 
-from mlagate.ladder.rules import TOLERANCE_PP, step_name
 from mlagate.decide.vocabulary import Status
+from mlagate.ladder.rules import TOLERANCE_PP, step_name
 from mlagate.report.text import ICON
 
 

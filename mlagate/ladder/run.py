@@ -26,9 +26,9 @@ from mlagate import gitops
 from mlagate.atomic import write_json
 from mlagate.case import Case
 from mlagate.config import Config
-from mlagate.ladder import rules as ladder
 from mlagate.gitops import GitError, git, resolve
 from mlagate.kernels import mla_decode
+from mlagate.ladder import rules as ladder
 from mlagate.measure.impls import TILELANG_PREFIX
 from mlagate.measure.summary import median
 

@@ -23,7 +23,6 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-
 PROJECT = "mlagate"
 GPU_DEVICE_PATHS = ("/dev/kfd", "/dev/dri", "/dev/nvidia")
 

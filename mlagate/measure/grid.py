@@ -18,8 +18,7 @@ from dataclasses import asdict, replace
 
 from mlagate.case import Case, CaseResult, RunStatus
 from mlagate.config import ROOT, Budget, Timing
-from mlagate.measure import summary
-from mlagate.measure import metrics
+from mlagate.measure import metrics, summary
 from mlagate.measure.shards import point
 
 MARK = "@@mlagate "  # prefixes the worker's protocol lines; libraries may print too
@@ -244,8 +243,8 @@ def _worker():
     """Measure the cases given on stdin; one protocol line per event on stdout."""
     import torch
 
-    from mlagate.measure.harness import Inputs, measure_case
     from mlagate.measure.environment import device as gpu
+    from mlagate.measure.harness import Inputs, measure_case
     from mlagate.measure.precompile import wait_compiled
     from mlagate.measure.timer import rewarm
 

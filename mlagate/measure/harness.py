@@ -7,10 +7,10 @@ benchmarks and the gate's confirmation alike, so all time the same way.
 
 import torch
 
-from mlagate.measure import impls
 from mlagate.case import Case, CaseResult, RunStatus
 from mlagate.config import Timing
 from mlagate.kernels import mla_decode
+from mlagate.measure import impls
 from mlagate.measure.shards import point
 from mlagate.measure.timer import time_gpu
 

@@ -15,14 +15,13 @@ from pathlib import Path
 import torch
 
 from mlagate.case import Case
-
 from mlagate.config import Timing
-from mlagate.measure.harness import Inputs, check_output
-from mlagate.kernels import mla_decode, tuned
-from mlagate.measure.impls import TILELANG_PREFIX
-from mlagate.measure.environment import device as gpu
-from mlagate.measure.timer import time_gpu
 from mlagate.gitops import GitError, git
+from mlagate.kernels import mla_decode, tuned
+from mlagate.measure.environment import device as gpu
+from mlagate.measure.harness import Inputs, check_output
+from mlagate.measure.impls import TILELANG_PREFIX
+from mlagate.measure.timer import time_gpu
 
 KERNEL_FILE = "kernels/mla_decode.py"
 PAGED_KERNEL_FILE = "kernels/mla_decode_paged.py"  # imports the dense file's tiles and attend body

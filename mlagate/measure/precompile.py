@@ -162,7 +162,8 @@ def marker(kernel) -> str:
 
 
 def _head_start_lost(e: Exception) -> str:
-    return f"compiling the TileLang kernels beside the timing failed ({type(e).__name__}: {e}); each case compiles its own"
+    return (f"compiling the TileLang kernels beside the timing failed ({type(e).__name__}: {e}); "
+            "each case compiles its own")
 
 
 @contextlib.contextmanager

@@ -24,12 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlagate.measure import environment
-from mlagate.measure.grid import parse_gpus
-from mlagate.measure.shards import parse_shard
-from mlagate.measure.asv_suite import CASES_ENV, DEADLINE_ENV, GPUS_ENV, SHARD_ENV
 from mlagate import gitops
 from mlagate.gitops import git, resolve
+from mlagate.measure import environment
+from mlagate.measure.asv_suite import CASES_ENV, DEADLINE_ENV, GPUS_ENV, SHARD_ENV
+from mlagate.measure.grid import parse_gpus
+from mlagate.measure.shards import parse_shard
 from mlagate.store.errors import StoreError
 from mlagate.store.files import install_record, recover, store_lock
 from mlagate.store.results import Store, refuse_recorded

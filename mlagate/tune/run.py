@@ -22,10 +22,10 @@ from pathlib import Path
 from mlagate.atomic import write_json
 from mlagate.case import CaseResult, RunStatus
 from mlagate.config import Config
-from mlagate.tune import rules as decide
 from mlagate.measure import grid
 from mlagate.measure.precompile import in_processes
 from mlagate.tune import report
+from mlagate.tune import rules as decide
 
 IDENTITY = "tune.json"  # what the candidate files beside it were measured of: a resume must match it
 
@@ -188,7 +188,8 @@ def _save(p: Plan, done: dict, sp: decide.ShapePlan, impl: str, stage: str, smem
 
 def _prefilter(cfg: Config, p: Plan, done: dict, deadline, echo) -> None:
     """Lower each candidate not lowered yet: over the shared-memory limit it is skipped, never launched."""
-    from mlagate.build import lower, plan as build_plan, report
+    from mlagate.build import lower, report
+    from mlagate.build import plan as build_plan
 
     _, lowered_arch = build_plan.parse_target(p.target)  # sm_90a: what tilelang lowers for
     limit = cfg.gate.shared_memory_limit[p.arch]

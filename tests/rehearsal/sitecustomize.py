@@ -81,9 +81,9 @@ def patch_kernels(m):
             self.plan = m.plan(shape, config, arch, sm_count)
 
         def __call__(self, q, q_pe, kv, k_pe, out, lse):
-            o, l = m.reference(q, q_pe, kv, k_pe)
+            o, o_lse = m.reference(q, q_pe, kv, k_pe)
             out.copy_(o)
-            lse.copy_(l)
+            lse.copy_(o_lse)
             return out, lse
 
     m.check_device, m.CompiledDecode = check_device, CompiledDecode
