@@ -120,11 +120,8 @@ def test_a_gpu_host_is_told_by_its_device_nodes(monkeypatch):
 # -- in a browser ------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def browser(demo_out, tmp_path_factory):
-    from test_report_browser import serving
-
-    with serving(demo_out, tmp_path_factory.mktemp("chromium-profile")) as served:
-        yield served
+def pages(demo_out):
+    return demo_out  # conftest's browser serves it
 
 
 @pytest.mark.parametrize("page", ["gate/comparison.html", "report/index.html"])
