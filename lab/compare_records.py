@@ -1,10 +1,10 @@
 """Two records of one commit, case by case: how far apart do they land, and where in the measuring order (CPU)?
 
-Open question (docs/measurements.md, "Not done yet": a ladder within ±0.5 pp needs records that repeat within
-~0.15 pp). Prints, per budget and implementation, the median change of every case measured in both records, its
-median size and the worst case; then the second record's record-budget cases in quarters of their measuring
-order (asv_suite: record budget first, by grid point), to show whether what ran beside one quarter (a compile)
-moved it, with the calls not timed because the host fell behind. Stores as `mlagate record --results` writes them.
+Open question (a ladder within ±0.5 pp needs records that repeat within ~0.15 pp). Prints, per budget and
+implementation, the median change of every case measured in both records, its median size and the worst case; then
+the second record's record-budget cases in quarters of their measuring order (asv_suite: record budget first, by
+grid point), to show whether what ran beside one quarter (a compile) moved it, with the calls not timed because the
+host fell behind. Stores as `mlagate record --results` writes them.
 
     python -m lab.compare_records STORE_A STORE_B
 """

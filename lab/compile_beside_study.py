@@ -7,7 +7,7 @@ full grid's TileLang kernels into an empty TileLang cache (as a cold record does
 phases run A B B A (as many rounds in each B as in the A before), so a steady drift of the GPU over the run
 cancels between the pairs instead of reading as the compile's effect. Per case: the median of each phase's
 per-timing medians, A against B, and the calls not timed because the host fell behind. Open question
-(docs/measurements.md, "Not done yet": whether compiling beside the timing moves any timing; written, not run).
+(whether compiling beside the timing moves any timing; written, not run).
 
     python -m lab.compile_beside_study [--pairs 2] [--kernels 60]
 """

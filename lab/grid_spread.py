@@ -1,15 +1,14 @@
 """Across a whole grid: how far apart are medians of the same case measured repeatedly in one run? (GPU)
 
-Open question (docs/measurements.md, "Not done yet": repeated medians within 1% over the whole grid). Every
-dense fp16 case of the grid for the given implementations (the vendor kernel at the head counts it has), ROUNDS
-rounds interleaved across all cases (A B C ... A B C ...), each round one mlagate.measure.timer.time_gpu median
-per sampling length, with perf.yml's warm-up and cold L2 every sample. A sampling length of MS milliseconds is
-round(MS / perf.yml's window_ms) windows; several lengths are measured back to back on each case, their order
-rotated every round, so they see the same GPU. The GPU idles 5 s first, as a fresh CI job finds it. Each
-measurement's wall-clock start and end are kept, to line up with an `nvidia-smi -lms 50
---query-gpu=timestamp,clocks.sm --format=csv` log (lab/spread_vs_window.py reads both). Prints spread =
-(max - min) / median per case; writes per sampling length the round medians ("mlagate"), samples and wall times
-(the layout `mlagate calibrate --noise` reads) to OUT-<MS>.json, or to OUT itself when only one length is
+Open question (repeated medians within 1% over the whole grid). Every dense fp16 case of the grid for the given
+implementations (the vendor kernel at the head counts it has), ROUNDS rounds interleaved across all cases (A B C ...
+A B C ...), each round one mlagate.measure.timer.time_gpu median per sampling length, with perf.yml's warm-up and
+cold L2 every sample. A sampling length of MS milliseconds is round(MS / perf.yml's window_ms) windows; several
+lengths are measured back to back on each case, their order rotated every round, so they see the same GPU. The GPU
+idles 5 s first, as a fresh CI job finds it. Each measurement's wall-clock start and end are kept, to line up with
+an `nvidia-smi -lms 50 --query-gpu=timestamp,clocks.sm --format=csv` log (lab/spread_vs_window.py reads both).
+Prints spread = (max - min) / median per case; writes per sampling length the round medians ("mlagate"), samples and
+wall times (the layout `mlagate calibrate --noise` reads) to OUT-<MS>.json, or to OUT itself when only one length is
 measured; after every round, so a run cut short keeps its rounds.
 
     python -m lab.grid_spread OUT.json [--grid full] [--rounds 5] [--windows-ms 300 1000] [IMPL ...]

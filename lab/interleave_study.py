@@ -2,9 +2,8 @@
 
 The 88-90 µs case (b64 s4096 h16) runs at two levels ~1.5-2.9% apart, each lasting 0.5-1 s, about one case's
 record (10 windows of 50 ms): so a whole record of that case lands on one level, and two records of one commit
-can differ by more than the ±0.5 pp the ladder asks (docs/measurements.md, "Not done yet": written, not run
-yet). Here the quick grid's gated and
-vendor cases at one point are "recorded" N times each way, alternating:
+can differ by more than the ±0.5 pp the ladder asks (an open question; this study is written, not run yet).
+Here the quick grid's gated and vendor cases at one point are "recorded" N times each way, alternating:
   sequential:  each case's 10 windows back to back (as the record does now);
   interleaved: window 1 of every case, then window 2 of every case, ... (each case warmed up first).
 Per case and way: the spread (sd, max-min) of the N record medians, and of the seesaw / FlashMLA ratio.

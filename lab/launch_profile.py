@@ -4,7 +4,7 @@ Each implementation's call is timed as the record times it (mlagate.measure.time
 call after an L2 flush), then profiled (torch.profiler, CUPTI kernel records) over the same flushed calls: per
 call, the kernels' own time, the span from the first kernel's start to the last one's end, and the gap between
 the flush's end and the first kernel's start (launch latency; FlashMLA launches with PDL). Open question
-(docs/measurements.md, "Not done yet": the seesaw at 128 heads and short caches).
+(the seesaw at 128 heads and short caches).
 
     python -m lab.launch_profile [--batch 64] [--heads 128] [--seqlen 1024 --seqlen 4096] [--dtype bfloat16]
 """

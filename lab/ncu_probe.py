@@ -1,10 +1,9 @@
 """Where the seesaw's time goes against FlashMLA's, by hardware counters (GPU, under Nsight Compute).
 
 Runs each implementation's launch a few times at one shape, so that `ncu` can profile one launch of each (the
-seesaw's main_no_split, FlashMLA's flash_fwd_splitkv_mla), then export the details and the per-instruction SASS
-page that lab/ncu_stalls.py reads. Open question (docs/measurements.md, "Not done yet": the seesaw at 128 heads
-and short caches). ncu's default cache control flushes the caches before each profiled pass: a cold L2, as the
-record's timer has.
+seesaw's main_no_split, FlashMLA's flash_fwd_splitkv_mla), then export the details and the per-instruction SASS page
+that lab/ncu_stalls.py reads. Open question (the seesaw at 128 heads and short caches). ncu's default cache control
+flushes the caches before each profiled pass: a cold L2, as the record's timer has.
 
     for k in main_no_split flash_fwd_splitkv_mla; do
       ncu --clock-control none -k regex:$k --launch-skip 3 --launch-count 1 --set full --import-source yes \

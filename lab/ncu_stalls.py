@@ -1,11 +1,10 @@
 """Where a kernel's warps wait, from Nsight Compute's per-instruction SASS page (CPU).
 
-The seesaw's gap to FlashMLA at 128 heads and short caches is open (docs/measurements.md, "Not done yet"). This
-reads the SASS page that lab/ncu_probe.py's profile gives (`ncu -i K.ncu-rep --page source --csv --print-source
-sass | xz > K.sass.csv.xz`: line 0 names the kernel, then a CSV of one row per instruction) and prints the
-warp-stall samples by reason, then the instructions holding the most samples with the reason that dominates
-each. An mbarrier wait shows as `@!P BRA` after a SYNCS...TRYWAIT (reason long_sb); a wgmma wait as
-WARPGROUP.DEPBAR (reason barrier).
+The seesaw's gap to FlashMLA at 128 heads and short caches is an open question. This reads the SASS page that
+lab/ncu_probe.py's profile gives (`ncu -i K.ncu-rep --page source --csv --print-source sass | xz > K.sass.csv.xz`:
+line 0 names the kernel, then a CSV of one row per instruction) and prints the warp-stall samples by reason, then
+the instructions holding the most samples with the reason that dominates each. An mbarrier wait shows as `@!P BRA`
+after a SYNCS...TRYWAIT (reason long_sb); a wgmma wait as WARPGROUP.DEPBAR (reason barrier).
 
     python -m lab.ncu_stalls main_no_split.sass.csv.xz [--top 25]
 """

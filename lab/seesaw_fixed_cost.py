@@ -1,12 +1,11 @@
 """Is the seesaw's gap to FlashMLA at batch 64, 128 heads a fixed cost per launch or a cost per token? (GPU)
 
-In one full-grid bench (2026-12-01, third session, bf16, b64 h128) the seesaw took 138.4 / 266.5 / 513.3 µs at
-4096 / 8192 / 16384 tokens and FlashMLA 127.9 / 258.9 / 516.8 µs: the seesaw ends level with FlashMLA at 16384
-but sits 8% behind at 4096, as a fixed cost of ~10-20 µs a launch would. This times both (and tilelang-hopper)
-from 512 to 16384 tokens at the record budget and fits t = a + b * seqlen per implementation and dtype over
-1024 tokens on: a is the fixed cost per launch (µs), b the cost per token (ns). Open question
-(docs/measurements.md, "Not done yet": the seesaw at 128 heads and short caches; the fixed costs there were
-measured before the arrival order).
+In one full-grid bench (2026-12-01, third session, bf16, b64 h128) the seesaw took 138.4 / 266.5 / 513.3 µs at 4096
+/ 8192 / 16384 tokens and FlashMLA 127.9 / 258.9 / 516.8 µs: the seesaw ends level with FlashMLA at 16384 but sits
+8% behind at 4096, as a fixed cost of ~10-20 µs a launch would. This times both (and tilelang-hopper) from 512 to
+16384 tokens at the record budget and fits t = a + b * seqlen per implementation and dtype over 1024 tokens on: a is
+the fixed cost per launch (µs), b the cost per token (ns). Open question (the seesaw at 128 heads and short caches;
+the fixed costs there were measured before the arrival order).
 
     python -m lab.seesaw_fixed_cost [--batch 64] [--heads 128]
 """

@@ -6,13 +6,12 @@
     python -m lab.seesaw_probe compile|speed --variant lab/seesaw_variants/left_right_pe.diff --heads 128
                                    # also the seesaw with that patch applied: an A/B in one process
 
-`speed` is a quick A/B while changing the kernel (open: docs/measurements.md, "Not done yet", the arrival order
-against the earlier one, lab/seesaw_variants/left_right_pe.diff); the gate's figures come from `mlagate bench`.
-Both time with the project's one clock (mlagate.measure.timer.time_gpu, perf.yml's `record` budget). Correctness
-and the 20 bit-identical repeats are tests/test_kernel_gpu.py's
-test_seesaw_matches_the_reference_and_repeats_bit_identically.
-A variant is any patch of kernels/mla_decode_seesaw.py (`git diff kernels/mla_decode_seesaw.py > X.diff`), applied
-to a temporary copy: the tree is not touched.
+`speed` is a quick A/B while changing the kernel (open: the arrival order against the earlier one,
+lab/seesaw_variants/left_right_pe.diff); the gate's figures come from `mlagate bench`. Both time with the project's
+one clock (mlagate.measure.timer.time_gpu, perf.yml's `record` budget). Correctness and the 20 bit-identical repeats
+are tests/test_kernel_gpu.py's test_seesaw_matches_the_reference_and_repeats_bit_identically. A variant is any patch
+of kernels/mla_decode_seesaw.py (`git diff kernels/mla_decode_seesaw.py > X.diff`), applied to a temporary copy: the
+tree is not touched.
 """
 
 import argparse

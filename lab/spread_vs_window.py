@@ -1,8 +1,8 @@
 """Does a longer sampling window shrink the spread of repeated medians, and is the rest the SM clock? (CPU)
 
-Open question (docs/measurements.md, "Not done yet": repeated medians within 1% over the whole grid). Reads
-the rounds that lab/grid_spread.py or lab/noise_study.py wrote on a GPU (.json or .json.xz: per case, each
-round's median and samples; grid_spread also each round's wall-clock start and end).
+Open question (repeated medians within 1% over the whole grid). Reads the rounds that lab/grid_spread.py or
+lab/noise_study.py wrote on a GPU (.json or .json.xz: per case, each round's median and samples; grid_spread also
+each round's wall-clock start and end).
 1. Paired: each round's median over only its first T ms of samples (sample time + ~40 µs flush), for several
    T, against the whole window: the same GPU state, only the window differs. Spread = (max - min) / median.
 2. With an `nvidia-smi -lms 50 --query-gpu=timestamp,clocks.sm --format=csv` log recorded beside grid_spread:
