@@ -122,6 +122,7 @@ def test_a_variant_module_is_the_seesaw_file_with_the_patch_applied(importable):
     assert (ROOT / "kernels" / "mla_decode_seesaw.py").read_text() == committed, "the tree is not touched"
 
 
+@pytest.mark.slow  # lowers and compiles one seesaw kernel: ~12 s on a CPU
 def test_the_seesaw_sass_probe_lowers_and_compiles_a_variant_on_the_cpu(tmp_path):
     from mlagate.build import toolchain
 
