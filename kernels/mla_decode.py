@@ -144,7 +144,7 @@ def resolve_num_split(shape: Shape, config: TileConfig, sm_count: int) -> int:
     """The config's split count, or for 0 the smallest power of two (<= 32) whose
     blocks occupy at least 90% of the SMs. Splitting costs a combine pass and
     shorter loops, so a grid that already fills the SMs runs faster unsplit
-    (measured: notes/probe_splits_2026-11-29_h200.log)."""
+    (measured on an H200: docs/measurements.md, split probe, 2026-11-29)."""
     if config.num_split:
         return config.num_split
     blocks = shape.batch * math.ceil(shape.heads / min(config.block_H, shape.heads))

@@ -9,7 +9,7 @@ from mlagate import exits
 def add_parser(sub):
     p = sub.add_parser("calibrate", help="detection rate vs injected slowdown on recorded GPU noise")
     p.add_argument("--noise", default="tests/fixtures/h200/noise_study_2026-11-29.json",
-                   help="rounds of samples per case (notes/noise_study.py output)")
+                   help="rounds of samples per case (lab/noise_study.py output)")
     p.add_argument("--trials", type=int, default=400)
     p.add_argument("--ladder", default=None, help="a real ladder (`mlagate ladder`'s ladder.json) to plot beside")
     p.add_argument("--out", default=None, help="folder for calibration.json and calibration.png")

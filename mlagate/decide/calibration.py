@@ -1,7 +1,7 @@
 """Calibrate the latency rule on recorded GPU noise (pure: no I/O).
 
 Input: one case measured in many rounds (lists of per-call times), as
-notes/noise_study.py records on a GPU. A simulated gate trial draws a base
+lab/noise_study.py records on a GPU. A simulated gate trial draws a base
 round and a head round (round-to-round differences stand in for run-to-run
 drift: clocks, temperature, other tenants), resamples each with replacement,
 slows the head by the injected factor, and applies the rule. A flagged trial

@@ -1,6 +1,6 @@
 """Compile TileLang kernels in parallel processes ahead of a timed run, so that its worker loads them from
 TileLang's disk cache instead of compiling one after another inside the run (`mlagate record`, `mlagate
-bench`, `mlagate tune`, notes/precompile.py); and the process pool that does it, which `mlagate tune` lowers
+bench`, `mlagate tune`); and the process pool that does it, which `mlagate tune` lowers
 candidates in too. A record and a bench compile while they time (``ahead``): the worker waits only for a
 kernel the pool has not finished yet."""
 

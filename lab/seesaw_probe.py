@@ -1,15 +1,17 @@
-"""Issue 16 on one H200: the seesaw kernel (kernels/mla_decode_seesaw.py) precompiled and timed.
+"""The seesaw kernel (kernels/mla_decode_seesaw.py), or a patch of it, precompiled and timed (GPU).
 
-    python notes/seesaw_probe.py compile --jobs 15   # the GPU tests' seesaw shapes into TileLang's disk cache
-    python notes/seesaw_probe.py speed [--dtype D] [--heads H] [--impl I] [--out FILE]
-                                       # the full grid: seesaw beside tilelang-hopper and FlashMLA
-    ... compile|speed --variant notes/seesaw_variants/X.diff
-                                       # also the seesaw with that patch applied: an A/B in one process
+    python -m lab.seesaw_probe compile --jobs 15   # the GPU tests' seesaw shapes into TileLang's disk cache
+    python -m lab.seesaw_probe speed [--dtype D] [--heads H] [--batch B] [--impl I] [--out FILE]
+                                   # the GPU tests' grid: seesaw beside tilelang-hopper and FlashMLA, in TFLOPs
+    python -m lab.seesaw_probe compile|speed --variant lab/seesaw_variants/left_right_pe.diff --heads 128
+                                   # also the seesaw with that patch applied: an A/B in one process
 
-`speed` is a quick A/B while tuning; the README's table comes from `mlagate bench`. Both time with the
-project's one clock (mlagate.measure.timer.time_gpu, perf.yml's `record` budget). Correctness and the 20
-bit-identical repeats are tests/test_kernel_gpu.py::test_seesaw_matches_the_reference_and_repeats_bit_identically
-(before it existed, this script's `check` step did the same: docs/h200-2026-12-01/seesaw/check.log).
+`speed` is a quick A/B while changing the kernel (open: the arrival order against the earlier one,
+lab/seesaw_variants/left_right_pe.diff); the gate's figures come from `mlagate bench`. Both time with the project's
+one clock (mlagate.measure.timer.time_gpu, perf.yml's `record` budget). Correctness and the 20 bit-identical repeats
+are tests/test_kernel_gpu.py's test_seesaw_matches_the_reference_and_repeats_bit_identically. A variant is any patch
+of kernels/mla_decode_seesaw.py (`git diff kernels/mla_decode_seesaw.py > X.diff`), applied to a temporary copy: the
+tree is not touched.
 """
 
 import argparse
@@ -117,8 +119,8 @@ def build_quietly(job):
     build(*job)
 
 
-def main():
-    parser = argparse.ArgumentParser()
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("step", choices=("compile", "speed"))
     parser.add_argument("--jobs", type=int, default=15)
     parser.add_argument("--dtype", action="append")
@@ -129,7 +131,7 @@ def main():
                         "(default tilelang-hopper and flash_mla)")
     parser.add_argument("--out")
     parser.add_argument("--variant", help="a patch of kernels/mla_decode_seesaw.py: built and timed beside it")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.step == "compile":
         from mlagate.measure.precompile import in_processes
 

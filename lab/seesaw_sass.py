@@ -1,12 +1,13 @@
-"""Issue 16 on a CPU: the seesaw (or a variant patch of it) lowered and compiled for one shape, with what tells
-per kernel whether nvcc kept the warps converged: WARPSYNC before the wgmma groups and named barriers, BRA.DIV
-(a divergence check before a shuffle), registers and spills (mlagate build's own nvcc flags and parsers).
+"""The seesaw (or a patch of it) lowered and compiled for one shape: did nvcc keep the warps converged? (CPU)
 
-The rejected prefetch variant (2026-12-01, 6-8% slower on the H200) shows why this matters: its loop is the
-committed one, yet nvcc put 44 WARPSYNC.ALL and 22 WARPSYNC.COLLECTIVE in it against 2 and 0, at 246
-registers against 224 (b64 s4096 h128 bf16, nvcc 13.0).
+Needs TileLang, nvcc and cuobjdump (the test extra brings cuobjdump), no GPU. Per kernel: WARPSYNC before the
+wgmma groups and named barriers, BRA.DIV (a divergence check before a shuffle), registers and spills, with
+mlagate build's own nvcc flags and parsers (mlagate.build). A change to the seesaw can keep its loop and still
+cost: the rejected prefetch variant (2026-12-01, 6-8% slower on the H200) had 44 WARPSYNC.ALL and 22
+WARPSYNC.COLLECTIVE against 2 and 0, at 246 registers against 224 (b64 s4096 h128 bf16, nvcc 13.0).
 
-    PYTHONPATH=$PWD python notes/seesaw_sass.py [--variant notes/seesaw_variants/X.diff] [--shape 64,4096,128,bfloat16]
+    python -m lab.seesaw_sass [--variant PATCH] [--shape 64,4096,128,bfloat16] [--keep DIR]
+    python -m lab.seesaw_sass --variant lab/seesaw_variants/left_right_pe.diff
 """
 
 import argparse
@@ -18,19 +19,18 @@ from pathlib import Path
 INSTRUCTIONS = ("WARPSYNC.ALL", "WARPSYNC.COLLECTIVE", "BRA.DIV", "BAR.SYNC", "HGMMA", "UTMALDG")
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--variant", help="a patch of kernels/mla_decode_seesaw.py (as notes/seesaw_probe.py takes)")
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variant", help="a patch of kernels/mla_decode_seesaw.py (as lab/seesaw_probe.py takes)")
     parser.add_argument("--shape", default="64,4096,128,bfloat16", help="batch,seqlen,heads,dtype")
     parser.add_argument("--keep", help="folder to write the lowered .cu and the .sass into")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     from mlagate.build import analyse, toolchain
     from mlagate.kernels import mla_decode as m
 
     if args.variant:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        import seesaw_probe
+        from lab import seesaw_probe
 
         m.schedule_modules["seesaw"] = seesaw_probe.variant_module(args.variant)
     batch, seqlen, heads, dtype = args.shape.split(",")
@@ -47,7 +47,8 @@ def main():
         sass = subprocess.run([tools["cuobjdump"] or "cuobjdump", "-sass", str(cubin)], capture_output=True,
                               text=True, check=True).stdout
     if args.keep:
-        stem = Path(args.keep) / f"{Path(args.variant).stem if args.variant else 'committed'}_{args.shape.replace(',', '_')}"
+        name = Path(args.variant).stem if args.variant else "committed"
+        stem = Path(args.keep) / f"{name}_{args.shape.replace(',', '_')}"
         stem.parent.mkdir(parents=True, exist_ok=True)
         stem.with_suffix(".cu").write_text(source)
         stem.with_suffix(".sass").write_text(sass)

@@ -1,26 +1,30 @@
-"""What one `mlagate record` measured and the spread it leaves: cases by status and skip reason, the windows and
-clocks, and per implementation the 99% interval of a case's median and the samples' interquartile range (both
-as a share of the median; the median case and the widest).
+"""What one `mlagate record` measured and the spread it leaves (CPU).
 
-    PYTHONPATH=$PWD python notes/record_summary.py STORE_OR_CASES_SIDECAR [SECONDS_FROM_START_TO_END]
-    (a store as `mlagate record --results` writes it, or its *-cases.sidecar, gzipped or not)
+Cases by status and skip reason, the sampling windows and SM clocks, and per budget and implementation the 99%
+interval of a case's median and the samples' interquartile range, both as a share of the median (the median
+case and the widest). Reads a store as `mlagate record --results` writes it (the machine folder's one
+``*-cases.sidecar``), or a cases sidecar itself, gzipped or not.
+
+    python -m lab.record_summary STORE_OR_CASES_SIDECAR [--wall SECONDS]
 """
 
+import argparse
 import collections
 import glob
 import gzip
 import json
 import statistics
-import sys
 from pathlib import Path
 
 
 def load(path: str):
-    """(cases, env or None) from a store folder or a cases sidecar."""
+    """(cases, env or None) from a store folder (one commit's cases sidecar in it) or a cases sidecar."""
     if Path(path).is_dir():
-        [cases] = glob.glob(f"{path}/*/*-cases.sidecar")
+        found = glob.glob(f"{path}/*/*-cases.sidecar")
+        if len(found) != 1:
+            raise SystemExit(f"{path}: {len(found)} cases sidecars (*/*-cases.sidecar); give one sidecar instead")
         env = glob.glob(f"{path}/*/*-env.sidecar")
-        return json.loads(Path(cases).read_text())["results"], json.loads(Path(env[0]).read_text()) if env else None
+        return json.loads(Path(found[0]).read_text())["results"], json.loads(Path(env[0]).read_text()) if env else None
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         return json.load(f)["results"], None
@@ -32,17 +36,17 @@ def skip_class(reason: str) -> str:
     return reason.split(":")[0][:60]
 
 
-def main(path: str, wall: str | None = None) -> None:
+def summarise(path: str, wall: float | None = None) -> None:
     cases, env = load(path)
     if wall:
-        print(f"record wall time {float(wall):.0f} s (asv included)")
+        print(f"record wall time {wall:.0f} s (asv included)")
     print(f"{len(cases)} cases:", dict(collections.Counter(r["status"] for r in cases)))
     skips = collections.Counter((skip_class(r["reason"] or ""), r["impl"], r["workload"] != "dense")
                                 for r in cases if r["status"] == "skipped")
     for (why, impl, paged), n in sorted(skips.items()):
         print(f"  skipped by {why}: {impl}{' (paged or ragged batches)' if paged else ''}: {n}")
     windows = [w for r in cases if r.get("samples") for w in r["samples"]["windows"]]
-    mhz = [w["sm_mhz"] for w in windows if w["sm_mhz"]]
+    mhz = [w["sm_mhz"] for w in windows if w.get("sm_mhz")]
     if mhz:
         print(f"windows {len(windows)}, dropped {sum(not w['kept'] for w in windows)}, SM clock {min(mhz):.0f}-"
               f"{max(mhz):.0f} MHz, median {statistics.median(mhz):.0f}; throttle reasons seen "
@@ -62,5 +66,13 @@ def main(path: str, wall: str | None = None) -> None:
               f"  IQR {statistics.median(iqr):.2f} ({max(iqr):.2f})")
 
 
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("path", help="a store folder or a *-cases.sidecar (.gz too)")
+    p.add_argument("--wall", type=float, help="the record's wall time in seconds, to print beside")
+    args = p.parse_args(argv)
+    summarise(args.path, args.wall)
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main()

@@ -1,4 +1,4 @@
-"""Does compiling TileLang kernels beside the timing move the timings? (issue 15; measure.precompile.ahead)
+"""Does compiling TileLang kernels beside the timing move the timings? (GPU; measure.precompile.ahead)
 
 A record compiles its kernels in parallel processes (lower CPU priority) while its worker times the cases.
 Here one process times the quick grid's gated and vendor cases round after round, at the record budget,
@@ -6,8 +6,10 @@ in phases that alternate: A, a compile pool of precompile.default_jobs() process
 full grid's TileLang kernels into an empty TileLang cache (as a cold record does); B, nothing beside. The
 phases run A B B A (as many rounds in each B as in the A before), so a steady drift of the GPU over the run
 cancels between the pairs instead of reading as the compile's effect. Per case: the median of each phase's
-per-timing medians, A against B, and the calls not timed because the host fell behind.
-Run: PYTHONPATH=/tmp/site:$PWD python notes/compile_beside_study.py [--pairs 2] [--kernels 60]
+per-timing medians, A against B, and the calls not timed because the host fell behind. Open question
+(whether compiling beside the timing moves any timing; written, not run).
+
+    python -m lab.compile_beside_study [--pairs 2] [--kernels 60]
 """
 
 import argparse
@@ -17,25 +19,25 @@ import tempfile
 import threading
 import time
 
-import torch
 
-from mlagate import config as config_mod
-from mlagate.measure import impls, precompile, timer
-from mlagate.measure.harness import Inputs
-from mlagate.kernels import mla_decode
-
-CFG = config_mod.load()
-
-
-def main() -> None:
-    p = argparse.ArgumentParser()
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pairs", type=int, default=2)
     p.add_argument("--kernels", type=int, default=60, help="the full grid's first N fp16 TileLang kernels")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+
+    import torch
+
+    from mlagate import config as config_mod
+    from mlagate.kernels import mla_decode
+    from mlagate.measure import impls, precompile, timer
+    from mlagate.measure.harness import Inputs
+
+    cfg = config_mod.load()
     device = torch.device("cuda", 0)
     arch = mla_decode.device_arch(device)
-    timed = [c for c in CFG.cases("quick", CFG.implementations, "cuda", ["float16"])
-             if not c.paged and CFG.budget_for(c.impl, "cuda") == "record"]
+    timed = [c for c in cfg.cases("quick", cfg.implementations, "cuda", ["float16"])
+             if not c.paged and cfg.budget_for(c.impl, "cuda") == "record"]
     launches = {}
     for case in timed:  # every timed kernel compiled and checked before the first phase
         try:
@@ -44,7 +46,7 @@ def main() -> None:
             print(f"{case.label()}: {e}")
     # a cache of its own: the pool compiles everything it is given, as in a cold record
     os.environ["TILELANG_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilelang-cache-study-")
-    grid = [c for c in CFG.cases("full", CFG.implementations, "cuda", ["float16"])
+    grid = [c for c in cfg.cases("full", cfg.implementations, "cuda", ["float16"])
             if impls.case_kernel(c, arch) is not None]
     kernels = list(dict.fromkeys(impls.case_kernel(c, arch) for c in grid))[:args.kernels]
     shares = [kernels[i::args.pairs] for i in range(args.pairs)]
@@ -54,7 +56,7 @@ def main() -> None:
 
     def one_round(phase):
         for case, fn in launches.items():
-            s = timer.time_gpu(fn, CFG.timing, "record", device=device)
+            s = timer.time_gpu(fn, cfg.timing, "record", device=device)
             rows.append((phase, case, statistics.median(s.times_ms), s.dropped))
 
     rounds = None

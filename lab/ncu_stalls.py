@@ -1,9 +1,12 @@
-"""Issue 16: where a kernel's warps wait, from Nsight Compute's per-instruction SASS page (`notes/h200_seesaw.sh
-ncu` writes it as <kernel>.sass.csv.xz): the warp-stall samples by reason, then the instructions holding the most
-samples with the reason that dominates each. An mbarrier wait shows as `@!P BRA` after a SYNCS...TRYWAIT
-(reason long_sb); a wgmma wait as WARPGROUP.DEPBAR (reason barrier).
+"""Where a kernel's warps wait, from Nsight Compute's per-instruction SASS page (CPU).
 
-    python notes/ncu_stalls.py docs/h200-2026-12-01/session7/ncu/main_no_split.sass.csv.xz [--top 25]
+The seesaw's gap to FlashMLA at 128 heads and short caches is an open question. This reads the SASS page that
+lab/ncu_probe.py's profile gives (`ncu -i K.ncu-rep --page source --csv --print-source sass | xz > K.sass.csv.xz`:
+line 0 names the kernel, then a CSV of one row per instruction) and prints the warp-stall samples by reason, then
+the instructions holding the most samples with the reason that dominates each. An mbarrier wait shows as `@!P BRA`
+after a SYNCS...TRYWAIT (reason long_sb); a wgmma wait as WARPGROUP.DEPBAR (reason barrier).
+
+    python -m lab.ncu_stalls main_no_split.sass.csv.xz [--top 25]
 """
 
 import argparse
@@ -20,11 +23,11 @@ def rows(path):
     return list(csv.DictReader(io.StringIO("\n".join(lines[1:]))))  # line 0 names the kernel
 
 
-def main():
-    parser = argparse.ArgumentParser()
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sass_csv_xz")
     parser.add_argument("--top", type=int, default=25)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     table = rows(args.sass_csv_xz)
     reasons = [c for c in table[0] if c.startswith("stall_") and "Not Issued" not in c]
     count = lambda row, col: int(row[col] or 0)  # noqa: E731

@@ -1,22 +1,17 @@
-"""Issue 16 on one H200: is the seesaw's gap at batch 64, 128 heads a fixed cost per launch or a cost per token?
+"""Is the seesaw's gap to FlashMLA at batch 64, 128 heads a fixed cost per launch or a cost per token? (GPU)
 
-In one full-grid bench (2026-12-01, third session, bf16, b64 h128) the seesaw took 138.4 / 266.5 / 513.3 µs at
-4096 / 8192 / 16384 tokens and FlashMLA 127.9 / 258.9 / 516.8 µs: the seesaw ends level with FlashMLA at 16384
-but sits 8% behind at 4096, as a fixed cost of ~10-20 µs a launch would. This times both (and tilelang-hopper)
-from 512 to 16384 tokens at the record budget and fits t = a + b * seqlen per implementation and dtype over
-1024 tokens on: a is the fixed cost per launch (µs), b the cost per token (ns).
+In one full-grid bench (2026-12-01, third session, bf16, b64 h128) the seesaw took 138.4 / 266.5 / 513.3 µs at 4096
+/ 8192 / 16384 tokens and FlashMLA 127.9 / 258.9 / 516.8 µs: the seesaw ends level with FlashMLA at 16384 but sits
+8% behind at 4096, as a fixed cost of ~10-20 µs a launch would. This times both (and tilelang-hopper) from 512 to
+16384 tokens at the record budget and fits t = a + b * seqlen per implementation and dtype over 1024 tokens on: a is
+the fixed cost per launch (µs), b the cost per token (ns). Open question (the seesaw at 128 heads and short caches;
+the fixed costs there were measured before the arrival order).
 
-    PYTHONPATH=$PWD python notes/seesaw_fixed_cost.py [--batch 64] [--heads 128]
+    python -m lab.seesaw_fixed_cost [--batch 64] [--heads 128]
 """
 
 import argparse
 import statistics
-
-from mlagate import config as config_mod
-from mlagate.case import Case
-from mlagate.measure import precompile, timer
-from mlagate.measure.environment import device
-from mlagate.measure.harness import checked_launch, Inputs
 
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 IMPLS = ("tilelang-seesaw", "tilelang-hopper", "flash_mla")
@@ -30,13 +25,21 @@ def fit(points):
     return t_mean - b * s_mean, b
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--heads", type=int, default=128)
-    args = p.parse_args()
+    args = p.parse_args(argv)
+
+    from mlagate import config as config_mod
+    from mlagate.case import Case
+    from mlagate.measure import precompile, timer
+    from mlagate.measure.environment import device
+    from mlagate.measure.harness import Inputs, checked_launch
+
     timing = config_mod.load().timing
-    cases = [Case(impl, args.batch, s, d, args.heads) for d in ("bfloat16", "float16") for s in SEQLENS for impl in IMPLS]
+    cases = [Case(impl, args.batch, s, d, args.heads)
+             for d in ("bfloat16", "float16") for s in SEQLENS for impl in IMPLS]
     precompile.precompile_cases(cases, precompile.default_jobs())
     gpu, medians = device(), {}
     for point in dict.fromkeys((c.seqlen, c.dtype) for c in cases):

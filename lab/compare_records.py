@@ -1,16 +1,18 @@
-"""Two records of one commit, case by case: the medians of every case measured in both, per budget and
-implementation; then the second record's record-budget cases in quarters of their measuring order (asv_suite:
-record budget first, by grid point), to show whether what ran beside the first quarter (a compile) moved them.
+"""Two records of one commit, case by case: how far apart do they land, and where in the measuring order (CPU)?
 
-    PYTHONPATH=$PWD python notes/compare_records.py STORE_A STORE_B   (stores as `mlagate record --results` writes)
+Open question (a ladder within ±0.5 pp needs records that repeat within ~0.15 pp). Prints, per budget and
+implementation, the median change of every case measured in both records, its median size and the worst case; then
+the second record's record-budget cases in quarters of their measuring order (asv_suite: record budget first, by
+grid point), to show whether what ran beside one quarter (a compile) moved it, with the calls not timed because the
+host fell behind. Stores as `mlagate record --results` writes them.
+
+    python -m lab.compare_records STORE_A STORE_B
 """
 
+import argparse
 import statistics
-import sys
 
-from mlagate.case import Case
-from mlagate.measure.shards import point
-from record_summary import load  # notes/: a store's cases sidecar
+from lab.record_summary import load
 
 KEY = ("impl", "batch", "seqlen", "dtype", "heads", "workload")
 
@@ -23,10 +25,15 @@ def key(row) -> tuple:
     return tuple(row[k] for k in KEY)
 
 
-def main(a: str, b: str) -> None:
+def compare(a: str, b: str) -> None:
+    from mlagate.case import Case
+    from mlagate.measure.shards import point
+
     first, second = {key(r): r for r in measured(a)}, measured(b)
     both = [r for r in second if key(r) in first]
     print(f"{len(both)} cases in both ({len(first)} and {len(second)} measured)")
+    if not both:
+        return
     change = {key(r): r["median_ms"] / first[key(r)]["median_ms"] - 1 for r in both}
     groups = {}
     for r in both:
@@ -40,7 +47,7 @@ def main(a: str, b: str) -> None:
     order = sorted((r for r in both if r["samples"]["budget"] == "record"),
                    key=lambda r: point(Case(*key(r), r["page_size"], tuple(r["lengths"]))))
     quarter = len(order) // 4
-    for q in range(4):
+    for q in range(4 if quarter else 0):
         rows = order[q * quarter:(q + 1) * quarter]
         per_impl = {}
         for r in rows:
@@ -51,7 +58,13 @@ def main(a: str, b: str) -> None:
         print(f"quarter {q + 1} of the measuring order: {text}; calls not timed for the host's lead {lead}")
 
 
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("store_a", help="the first record's store (or its cases sidecar)")
+    p.add_argument("store_b", help="the second record's")
+    args = p.parse_args(argv)
+    compare(args.store_a, args.store_b)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    main(*sys.argv[1:3])
+    main()

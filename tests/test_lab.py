@@ -1,0 +1,263 @@
+"""The lab (lab/): every script imports and answers --help, and each one a CPU can run is run for real here,
+on committed data (tests/fixtures, lab/fixtures) or on stores written with the project's own record format."""
+
+import ast
+import datetime
+import importlib
+import inspect
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlagate.case import Case, CaseResult, RunStatus, Samples
+from mlagate.measure.asv_suite import write_cases
+from mlagate.measure.grid import add_metrics
+from mlagate.store.results import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB = ROOT / "lab"
+SCRIPTS = sorted(p.stem for p in LAB.glob("*.py") if p.stem != "__init__")
+NOISE = ROOT / "tests" / "fixtures" / "h200" / "noise_study_2026-11-29.json"
+
+
+def lab(*args, check=True) -> subprocess.CompletedProcess:
+    """``python -m lab.<script> args`` from the repository root, as lab/README.md runs it."""
+    run = subprocess.run([sys.executable, "-m", *map(str, args)], cwd=ROOT, capture_output=True, text=True)
+    if check:
+        assert run.returncode == 0, run.stderr[-3000:]
+    return run
+
+
+@pytest.fixture
+def importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT))  # lab/ is not installed: it imports from the checkout
+
+
+def test_the_lab_has_its_scripts():
+    assert len(SCRIPTS) >= 10, SCRIPTS  # a broken glob would make the tests below vacuous
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_lab_script_imports_and_answers_help_with_its_command(name, importable):
+    module = importlib.import_module(f"lab.{name}")
+    assert f"python -m lab.{name}" in module.__doc__, "the docstring gives the command that runs it"
+    assert "(CPU" in module.__doc__.splitlines()[0] or "(GPU" in module.__doc__.splitlines()[0], \
+        "the first line says where it runs"
+    out = lab(f"lab.{name}", "--help").stdout
+    assert out.startswith("usage:") and f"python -m lab.{name}" in out
+
+
+def project_names(tree) -> list:
+    """[(line, what, found)] for every name a script takes from mlagate or lab, at the top or inside a function
+    (the GPU scripts import there, after --help), and every attribute it reads off a module so taken."""
+    bound, uses = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("mlagate", "lab"):
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                if not hasattr(module, alias.name):  # a submodule not yet imported
+                    try:
+                        importlib.import_module(f"{node.module}.{alias.name}")
+                    except ImportError:
+                        pass
+                found = hasattr(module, alias.name)
+                uses.append((node.lineno, f"{node.module}.{alias.name}", found))
+                if found:
+                    bound[alias.asname or alias.name] = getattr(module, alias.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound:
+            module = bound[node.value.id]
+            if inspect.ismodule(module):
+                uses.append((node.lineno, f"{module.__name__}.{node.attr}", hasattr(module, node.attr)))
+    return uses
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_what_a_lab_script_takes_from_the_project_exists(name, importable):
+    """What --help cannot show: a name the code no longer has (notes/grid_spread.py imported harness.shape_of
+    long after it was gone)."""
+    uses = project_names(ast.parse((LAB / f"{name}.py").read_text()))
+    missing = [f"line {line}: {what}" for line, what, found in uses if not found]
+    assert not missing, f"lab/{name}.py uses names the project does not have: {missing}"
+
+
+def test_the_name_check_finds_a_name_the_project_lost(importable):
+    uses = project_names(ast.parse("def main():\n    from mlagate.measure.harness import Inputs, shape_of\n"
+                                   "    from mlagate.measure import timer\n    timer.time_gpu, timer.no_such_name\n"))
+    assert [(what, found) for _, what, found in uses] == [
+        ("mlagate.measure.harness.Inputs", True), ("mlagate.measure.harness.shape_of", False),
+        ("mlagate.measure.timer", True), ("mlagate.measure.timer.time_gpu", True),
+        ("mlagate.measure.timer.no_such_name", False)]
+
+
+def test_the_lab_readme_names_every_file_and_only_files_that_exist():
+    readme = (LAB / "README.md").read_text()
+    files = {str(p.relative_to(LAB)) for p in LAB.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    files -= {"README.md", "__init__.py"}
+    rows = re.findall(r"^\| `([^`]+)` \|", readme, re.M)  # the table's first column: one row per file
+    assert sorted(rows) == sorted(files), \
+        f"no row for {sorted(files - set(rows))}; no row's file exists: {sorted(set(rows) - files)}"
+
+
+@pytest.mark.parametrize("patch", sorted(LAB.glob("seesaw_variants/*.diff")), ids=lambda p: p.name)
+def test_a_kept_seesaw_variant_still_applies_to_the_kernel(patch):
+    check = subprocess.run(["git", "apply", "--check", str(patch)], cwd=ROOT, capture_output=True, text=True)
+    assert check.returncode == 0, (f"{patch.relative_to(ROOT)} no longer applies to kernels/mla_decode_seesaw.py: "
+                                   f"re-base it on the kernel or delete it (git keeps it)\n{check.stderr}")
+
+
+def test_a_variant_module_is_the_seesaw_file_with_the_patch_applied(importable):
+    seesaw_probe = importlib.import_module("lab.seesaw_probe")
+    patch = LAB / "seesaw_variants" / "left_right_pe.diff"
+    variant = seesaw_probe.variant_module(str(patch))
+    committed = (ROOT / "kernels" / "mla_decode_seesaw.py").read_text()
+    patched = Path(variant.__file__).read_text()
+    assert patched != committed and Path(variant.__file__).resolve() != (ROOT / "kernels").resolve()
+    added = [line[1:] for line in patch.read_text().splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert all(line in patched for line in added)
+    assert (ROOT / "kernels" / "mla_decode_seesaw.py").read_text() == committed, "the tree is not touched"
+
+
+@pytest.mark.slow  # lowers and compiles one seesaw kernel: ~12 s on a CPU
+def test_the_seesaw_sass_probe_lowers_and_compiles_a_variant_on_the_cpu(tmp_path):
+    from mlagate.build import toolchain
+
+    if not (toolchain.find_tool("nvcc") and toolchain.find_tool("cuobjdump")):
+        pytest.skip("needs nvcc and cuobjdump (the CUDA toolkit and the test extra)")
+    out = lab("lab.seesaw_sass", "--variant", "lab/seesaw_variants/left_right_pe.diff",
+              "--shape", "64,4096,128,bfloat16", "--keep", tmp_path).stdout
+    assert "lab/seesaw_variants/left_right_pe.diff 64,4096,128,bfloat16: 1 split(s), masked False" in out
+    assert re.search(r"main_no_split_kernel: \d+ registers, spills \d+/\d+; WARPSYNC\.ALL \d+, WARPSYNC\.COLLECTIVE "
+                     r"\d+, BRA\.DIV \d+, BAR\.SYNC \d+, HGMMA [1-9]\d*, UTMALDG [1-9]\d*", out), out
+    kept = {p.suffix for p in tmp_path.iterdir()}
+    assert kept == {".cu", ".sass"}
+
+
+def test_ncu_stalls_reproduces_the_recorded_reading_of_the_seesaws_profile():
+    """The H200 profile of 2026-12-01 (seventh session) and what this script printed from it then."""
+    out = lab("lab.ncu_stalls", LAB / "fixtures" / "main_no_split.sass.csv.xz", "--top", "12").stdout
+    assert out == (LAB / "fixtures" / "main_no_split.stalls.txt").read_text()
+
+
+def test_noise_study_summary_reprints_the_recorded_h200_table():
+    out = lab("lab.noise_study", "--summary", NOISE).stdout
+    spreads = dict(((label.strip(), method), spread) for label, method, spread in
+                   re.findall(r"^(.+?float16)\s+(do_bench|mlagate)\s+[\d.]+\s+([\d.]+%)", out, re.M))
+    # docs/measurements.md, "Is the measurement stable?": the table this run gave
+    assert spreads == {("tilelang-hopper b=128 s=8192 float16", "do_bench"): "10.33%",
+                       ("tilelang-hopper b=128 s=8192 float16", "mlagate"): "3.90%",
+                       ("tilelang-hopper b=64 s=1024 float16", "do_bench"): "3.55%",
+                       ("tilelang-hopper b=64 s=1024 float16", "mlagate"): "1.63%",
+                       ("flash_mla b=64 s=4096 float16", "do_bench"): "3.32%",
+                       ("flash_mla b=64 s=4096 float16", "mlagate"): "0.56%",
+                       ("triton b=128 s=2048 float16", "do_bench"): "1.85%",
+                       ("triton b=128 s=2048 float16", "mlagate"): "0.26%"}
+
+
+def test_noise_study_without_an_output_or_a_summary_is_a_usage_error():
+    run = lab("lab.noise_study", check=False)
+    assert run.returncode == 2 and "give OUT" in run.stderr
+
+
+def test_spread_vs_window_reads_the_recorded_rounds():
+    out = lab("lab.spread_vs_window", NOISE).stdout
+    # the same rounds as noise_study's "mlagate" column: spreads 3.90, 1.63, 0.56, 0.26%
+    assert "whole window:                median spread 1.10%, worst 3.90%, 2 of 4 cases <= 1%" in out
+    assert re.search(r"^first  100 ms of each window: median spread [\d.]+%", out, re.M)
+
+
+def test_spread_vs_window_finds_latency_that_follows_the_sm_clock(tmp_path):
+    """Rounds whose latency is inversely proportional to the SM clock logged beside them: slope -1."""
+    clock_mhz = [1980, 1800, 1500, 1900, 1650]
+    t0, smi, results = 1_700_000_000.0, ["timestamp, clocks.current.sm [MHz]"], {}
+    for case, base_ms in (("a", 0.1), ("b", 0.5)):
+        rounds = {"mlagate": [], "samples": [], "wall": []}
+        for mhz in clock_mhz:
+            ms = base_ms * 1980 / mhz
+            rounds["mlagate"].append(ms)
+            rounds["samples"].append([ms] * 5)
+            rounds["wall"].append([t0, t0 + 0.5])
+            for k in range(5):  # nvidia-smi -lms 100 over the measurement
+                stamp = datetime.datetime.fromtimestamp(t0 + 0.1 * k, tz=datetime.timezone.utc)
+                smi.append(f"{stamp:%Y/%m/%d %H:%M:%S.%f}"[:-3] + f", {mhz} MHz")
+            t0 += 1.0
+        results[case] = rounds
+    (tmp_path / "spread.json").write_text(json.dumps(results))
+    (tmp_path / "smi.csv").write_text("\n".join(smi) + "\n")
+    out = lab("lab.spread_vs_window", tmp_path / "spread.json", "--smi", tmp_path / "smi.csv").stdout
+    found = re.search(r"10 measurements: correlation of latency with SM clock ([+-][\d.]+), slope ([+-][\d.]+)", out)
+    assert found, out
+    correlation, slope = map(float, found.groups())
+    assert correlation <= -0.98 and -1.3 < slope < -0.8
+
+
+def test_spread_vs_window_refuses_a_clock_log_for_rounds_without_wall_times():
+    run = lab("lab.spread_vs_window", NOISE, "--smi", NOISE, check=False)
+    assert run.returncode == 2 and "noise_study_2026-11-29.json: no wall-clock times" in run.stderr
+
+
+def record_store(root: Path, slowdown: dict, commit="a" * 40) -> Path:
+    """A store holding one record's cases sidecar, written as a record writes it (asv_suite.write_cases):
+    four points of the gated kernel and the vendor (record budget), one baseline, one case skipped."""
+    results = []
+    for n, (batch, seqlen) in enumerate(((64, 1024), (64, 4096), (128, 1024), (128, 4096))):
+        for impl, base_ms in (("tilelang-hopper", 0.1), ("flash_mla", 0.09)):
+            times = tuple(base_ms * (1 + batch * seqlen / 2 ** 20) * slowdown.get(impl, 1) * (1 + 0.001 * (i % 5))
+                          for i in range(40))
+            windows = tuple({"samples": 20, "sm_mhz": 1980 - 10 * n - w, "power_w": 500.0, "throttle": [],
+                             "kept": True} for w in range(2))
+            results.append(CaseResult(Case(impl, batch, seqlen, "float16", 16), RunStatus.OK,
+                                      samples=Samples(times, "cuda-event", 0, 10, "NVIDIA H200", dropped=n,
+                                                      budget="record", windows=windows)))
+    results.append(CaseResult(Case("triton", 64, 1024, "float16", 16), RunStatus.OK,
+                              samples=Samples((0.4,) * 10, "cuda-event", 0, 10, "NVIDIA H200", budget="baseline",
+                                              windows=({"samples": 10, "sm_mhz": 1500, "power_w": 690.0,
+                                                        "throttle": ["sw_power_cap"], "kept": False},))))
+    results.append(CaseResult(Case("torch", 64, 1024, "float16", 16), RunStatus.SKIPPED,
+                              "not measured: the time budget ran out"))
+    root.mkdir(exist_ok=True)
+    cases = root / "cases.json"
+    write_cases(cases, add_metrics(results, vendor="flash_mla"))
+    Store(root / "results").write_sidecar("h200", commit, "cases", json.loads(cases.read_text()))
+    return root / "results"
+
+
+def test_record_summary_reads_a_record_store(tmp_path):
+    out = lab("lab.record_summary", record_store(tmp_path, {}), "--wall", "120").stdout
+    assert "record wall time 120 s (asv included)" in out
+    assert "10 cases: {'ok': 9, 'skipped': 1}" in out
+    assert "  skipped by the time budget: torch: 1" in out
+    assert "windows 17, dropped 1, SM clock 1500-1980 MHz" in out and "['sw_power_cap']" in out
+    assert re.search(r"^  record   tilelang-hopper  n=  4  99% interval ±[\d.]+ \(±[\d.]+\)  IQR", out, re.M)
+    assert re.search(r"^  baseline triton           n=  1", out, re.M)
+
+
+def test_compare_records_gives_each_implementations_change_between_two_records(tmp_path):
+    first = record_store(tmp_path / "a", {})
+    second = record_store(tmp_path / "b", {"tilelang-hopper": 1.05})
+    out = lab("lab.compare_records", first, second).stdout
+    assert "9 cases in both (9 and 9 measured)" in out
+    assert re.search(r"^record   tilelang-hopper  n=  4  median \+5\.00%  median \|change\| 5\.00%", out, re.M)
+    assert re.search(r"^record   flash_mla        n=  4  median \+0\.00%", out, re.M)
+    quarters = re.findall(r"^quarter (\d) of the measuring order: (.*); calls not timed for the host's lead (\d+)$",
+                          out, re.M)
+    assert [q for q, _, _ in quarters] == ["1", "2", "3", "4"]
+    assert all("flash_mla +0.00%" in text for _, text, _ in quarters)
+    assert sum(int(lead) for _, _, lead in quarters) == 2 * (0 + 1 + 2 + 3)
+
+
+def test_launch_profile_splits_calls_at_each_flush(importable):
+    per_call = importlib.import_module("lab.launch_profile").per_call
+    kernels = [("fill_kernel", 0, 2), ("main_no_split", 5, 15), ("fill_kernel", 20, 22),
+               ("main_split", 23, 30), ("main_split_combine", 31, 33)]
+    assert per_call(kernels) == [(10, 10, 3, ("main_no_split",)), (9, 10, 1, ("main_split", "main_split_combine"))]
+
+
+def test_seesaw_fixed_cost_fits_a_line(importable):
+    fit = importlib.import_module("lab.seesaw_fixed_cost").fit
+    a, b = fit([(s, 12.0 + 0.03 * s) for s in (1024, 2048, 4096, 8192)])
+    assert a == pytest.approx(12.0) and b == pytest.approx(0.03)
