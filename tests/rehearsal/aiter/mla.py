@@ -3,7 +3,7 @@
 It keeps the real signature and refuses what the real one refuses, with the same kind of error
 (AssertionError from Python asserts, RuntimeError from AITER_CHECK in the assembly op), then computes the
 attention aiter's own test uses as its reference (op_tests/test_mla.py, torch_mla_extend). Each rule
-cites where aiter enforces it; lab/aiter_contract_c16d44b9.md has the reading behind them.
+cites where aiter enforces it; docs/aiter-contract-c16d44b9.md has the reading behind them.
 """
 
 import torch
