@@ -89,7 +89,8 @@ def judge(host: Host, role: str) -> list:
         if pr:
             out.append(Finding(OK if ephemeral else FAIL, "ephemeral",
                                "one job, then deregistered" if ephemeral else
-                               "a persistent runner: the next job finds what this one left (register with --ephemeral)"))
+                               "a persistent runner: the next job finds what this one left "
+                               "(register it with --ephemeral)"))
     missing = [label for label in LABELS if label not in host.labels]
     out.append(Finding(WARN if missing else OK, "labels", f"{host.labels or 'not given (--labels)'}"
                        + (f": the workflows also ask for {missing}" if missing else "")))
