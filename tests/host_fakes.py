@@ -39,7 +39,7 @@ CONTAINER_COMMANDS = {"find", "chown", "true"}
 def runner_host():
     """A folder the runner user can use (pytest's tmp_path is root's own): workspace, RUNNER_TEMP, HOME,
     a bin folder; removed as root at the end."""
-    base = Path(tempfile.mkdtemp(prefix="runner-host-"))
+    base = Path(tempfile.mkdtemp(prefix="runner-host-", dir="/tmp" if CAN_DROP else None))  # /tmp: nobody reaches it
     base.chmod(0o755)
     try:
         for name in ("workspace", "temp", "home", "bin"):
