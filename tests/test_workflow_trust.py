@@ -300,10 +300,9 @@ def cleanup_violations(workflows):
         for index, step in enumerate(steps(job)):
             if index == 0 or not (CLEANUP.search(step.get("run", "")) or is_wipe(step)):
                 continue  # a job's first step cleans up before anything ran: nothing to skip it
+            if is_wipe(step) and any(is_checkout(s) for s in steps(job)[index + 1:]):
+                continue  # a wipe between two checkouts: the job goes on only through it
             condition = str(step.get("if", ""))
-            between = is_wipe(step) and any(is_checkout(s) for s in steps(job)[index + 1:])
-            if between:
-                continue  # a wipe between two checkouts runs when the job goes on
             if "always()" not in condition or "cancelled()" in condition:
                 found.append(f"{step_label(file, job_name, step)}: a cleanup step runs on "
                              f"{condition or 'success()'}, not always()")
