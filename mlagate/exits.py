@@ -15,4 +15,5 @@ BUSY = 1  # gpus: a container or another process holds the GPU
 CULPRIT = 1  # bisect: it named the commit that made the kernels slower
 OFF_TARGET = 1  # calibrate: the detection curve misses its targets at 0% or 5% slowdown
 TABLE_BEATEN = 1  # tune --check: a candidate beats the committed tuned config, or that config no longer runs
+UNSAFE_RUNNER = 1  # runner-check: the host lets the runner's jobs reach more than its role may
 ERROR = 2

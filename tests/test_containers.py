@@ -15,26 +15,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import yaml
 
 from mlagate import cli
-
 from mlagate.measure import gpus as containers
+from workflow_helpers import COMPOSE, ROOT, WORKFLOWS, evaluate, load_yaml, triggers
 
-ROOT = Path(__file__).resolve().parent.parent
-COMPOSE = ROOT / "docker-compose.yml"
-WORKFLOWS = ROOT / ".github" / "workflows"
 DOCKERFILES = [ROOT / "Dockerfile.rocm", ROOT / "Dockerfile.cuda"]
 ROCM_GPU_SERVICES = ("bench", "gate", "test", "shell", "gpus")
+PR_SERVICES = ("pr-bench", "pr-test", "pr-shell")
 CUDA_SERVICES = ("bench-cuda", "gate-cuda", "test-cuda", "shell-cuda")
-
-
-def load_yaml(path):
-    return yaml.safe_load(Path(path).read_text())
-
-
-def triggers(workflow):
-    return workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on:` key as True
 
 
 def tool(name, package):
@@ -117,6 +106,18 @@ def test_rocm_services_share_one_image_and_differ_in_command():
         assert all(services[name][k] == first[k] for k in shared), name
     commands = [services[n]["command"] for n in ROCM_GPU_SERVICES]
     assert len(set(commands)) == len(commands)
+
+
+def test_pr_services_run_the_same_commands_with_less():
+    # What a pull request's code runs in (tests/test_workflow_trust.py, rule 9, checks each setting).
+    services = load_yaml(COMPOSE)["services"]
+    for pr_name in PR_SERVICES:
+        s, trusted = services[pr_name], services[pr_name.removeprefix("pr-")]
+        assert s["command"] == trusted["command"] and s["image"] == trusted["image"], pr_name
+        assert s["build"] == trusted["build"] and s["volumes"] == trusted["volumes"], pr_name
+        assert s["devices"] == ["/dev/kfd", "${MLAGATE_PR_RENDER_NODE:-/dev/dri/renderD128}"], pr_name
+        assert (s["ipc"], s["network_mode"], s["security_opt"]) == ("private", "none", ["no-new-privileges:true"])
+        assert s["environment"]["HIP_VISIBLE_DEVICES"] == "0" and "profiles" not in s, pr_name
 
 
 def test_results_and_caches_are_on_named_volumes():
@@ -248,48 +249,28 @@ def test_no_expression_is_expanded_inside_a_shell_script():
                 assert "${{" not in step.get("run", ""), (path.name, step.get("name"))
 
 
-def evaluate(condition: str, event: dict, repository: str) -> bool:
-    """Evaluate the GPU job's `if:`, which may use only ==, !=, &&, ||, parentheses, quoted strings and
-    github.* properties; anything else (a function, say) fails this test so that it is rewritten."""
-    context = {"event": event, "repository": repository}
-
-    def lookup(match):
-        value = context
-        for key in match.group(0).split(".")[1:]:
-            value = value.get(key) if isinstance(value, dict) else None
-        return repr(value)
-
-    expr = re.sub(r"github(\.[A-Za-z_]+)+", lookup, condition)
-    expr = expr.replace("&&", " and ").replace("||", " or ")
-    leftover = re.sub(r"'[^']*'|None|==|!=|\band\b|\bor\b|[()\s]", "", expr)
-    assert not leftover, f"the condition uses more than this test can evaluate: {leftover!r}"
-    return eval(expr, {"__builtins__": {}})  # only comparisons of literals remain
+def pr_event(action, head_repo, labels=()):
+    return {"action": action, "pull_request": {"head": {"repo": {"full_name": head_repo}},
+                                               "labels": [{"name": n} for n in labels]}}
 
 
-def pr_event(action, head_repo, label=None):
-    event = {"action": action, "pull_request": {"head": {"repo": {"full_name": head_repo}},
-                                                "labels": [{"name": "perf-approved"}]}}
-    if label:
-        event["label"] = {"name": label}
-    return event
-
-
-def test_pr_workflow_cannot_run_fork_code_on_the_gpu_runner_unapproved():
+def test_pr_workflow_runs_fork_code_on_the_gpu_runner_only_once_approved():
     workflow = load_yaml(WORKFLOWS / "perf-pr.yml")
     on = triggers(workflow)
     assert "pull_request" in on and "pull_request_target" not in on
+    assert on["pull_request"]["branches"] == ["main"] and "labeled" not in on["pull_request"]["types"]
     assert workflow["permissions"] == {"contents": "read"}
     gpu_jobs = {name: job for name, job in workflow["jobs"].items() if "self-hosted" in str(job["runs-on"])}
     assert gpu_jobs, "no job runs on the self-hosted runner"
     base = "owner/mlagate"
     for name, job in gpu_jobs.items():
-        run = lambda *a: evaluate(job["if"], pr_event(*a), base)  # noqa: E731
-        assert not run("opened", "someone/fork"), name
-        # The label stays on the PR, but a new push from the fork is not approved by it.
-        assert not run("synchronize", "someone/fork"), name
-        assert not run("labeled", "someone/fork", "documentation"), name
-        assert run("labeled", "someone/fork", "perf-approved"), name
-        assert run("synchronize", base), name
+        # Every run waits for the perf-pr environment's reviewers: fork or not, label or not, no condition
+        # lets one through or past them (the approval binds the run's commit: tests/test_workflow_trust.py).
+        assert job["environment"] == "perf-pr", name
+        for repo in ("someone/fork", base):
+            for labels in ((), ("perf-approved",)):
+                github = {"event": pr_event("synchronize", repo, labels), "repository": base}
+                assert evaluate(job.get("if", "'run' == 'run'"), github), (name, repo, labels)
         assert "permissions" not in job or all(v in ("read", "none") for v in job["permissions"].values())
     text = (WORKFLOWS / "perf-pr.yml").read_text()
     assert "secrets." not in text and "secrets:" not in text
