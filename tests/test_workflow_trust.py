@@ -37,10 +37,35 @@ import re
 import pytest
 import yaml
 
-from workflow_helpers import (COMPOSE, REPO, ROOT, TRUSTED_COPY, compose_calls, compose_sources, env_of,
-                              evaluate, find_step, interpolate, interpolate_all, is_bind, is_checkout, is_pr,
-                              is_trusted, jobs, load_compose, load_workflows, merge, mounts_docker_socket,
-                              named_volumes, script_lines, self_hosted, service_mounts, step_label, steps, triggers)
+from workflow_helpers import (
+    COMPOSE,
+    REPO,
+    ROOT,
+    TRUSTED_COPY,
+    compose_calls,
+    compose_sources,
+    env_of,
+    evaluate,
+    find_step,
+    interpolate,
+    interpolate_all,
+    is_bind,
+    is_checkout,
+    is_pr,
+    is_trusted,
+    jobs,
+    load_compose,
+    load_workflows,
+    merge,
+    mounts_docker_socket,
+    named_volumes,
+    script_lines,
+    self_hosted,
+    service_mounts,
+    step_label,
+    steps,
+    triggers,
+)
 
 # Refs a pull_request job may check out as trusted code: the base branch, never the PR's head or merge.
 TRUSTED_REFS = {"${{ github.event.pull_request.base.sha }}", "${{ github.event.pull_request.base.ref }}",
@@ -744,7 +769,7 @@ fi
 git -c credential.helper= \\
   -c 'credential.helper=!f() { if [ "$1" = get ]; then printf "username=x-access-token\\npassword=%s\\n" "$PUSH_TOKEN"; fi; }; f' \\
   push "$(git remote get-url origin)" refs/heads/perf-results:refs/heads/perf-results
-"""
+"""  # noqa: E501 (the old script, verbatim)
 
 
 def test_credential_rule_catches_a_push_from_the_workspace(workflows):

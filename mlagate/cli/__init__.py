@@ -10,8 +10,21 @@ import traceback
 
 from mlagate import config as config_mod
 from mlagate import exits
-from mlagate.cli import (bench, bisect, build, calibrate, demo, gate, gpus, ladder, record, report, results,
-                         runner_check, tune)
+from mlagate.cli import (
+    bench,
+    bisect,
+    build,
+    calibrate,
+    demo,
+    gate,
+    gpus,
+    ladder,
+    record,
+    report,
+    results,
+    runner_check,
+    tune,
+)
 
 COMMANDS = (bench, record, gate, results, report, build, calibrate, gpus, runner_check, bisect, ladder, tune, demo)
 
