@@ -45,14 +45,19 @@ class Kernel(NamedTuple):
 
 
 def meta_root() -> Path | None:
-    """The folder with aiter's csrc/ and hsa/: ``aiter_meta`` of the wheel, or a source checkout."""
+    """The folder with aiter's csrc/ and hsa/: the installed wheel's ``aiter_meta`` (found through its
+    distribution, whatever ``aiter`` module comes first on the path), else a source checkout's top."""
+    try:
+        tops = [Path(importlib.metadata.distribution(DISTRIBUTION).locate_file(""))]
+    except importlib.metadata.PackageNotFoundError:
+        tops = []
     spec = importlib.util.find_spec("aiter")
-    if spec is None or not spec.origin:
-        return None
-    top = Path(spec.origin).resolve().parent.parent
-    for root in (top / "aiter_meta", top):
-        if (root / SOURCE).is_file():
-            return root
+    if spec is not None and spec.origin:
+        tops.append(Path(spec.origin).resolve().parent.parent)
+    for top in tops:
+        for root in (top / "aiter_meta", top):
+            if (root / SOURCE).is_file():
+                return root
     return None
 
 
