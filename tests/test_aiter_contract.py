@@ -98,8 +98,8 @@ def patched(tmp_path):
 
 def test_a_signature_change_breaks_the_contract(patched):
     mla = python_dir(patched) / "mla.py"
-    mla.write_text(mla.read_text().replace("    max_seqlen_q,\n    sm_scale=None,",
-                                           "    max_seqlen_q,\n    page_size=1,\n    nhead_kv=1,\n    sm_scale=None,", 1))
+    c16d44b9 = "    max_seqlen_q,\n    page_size=1,\n    nhead_kv=1,\n    sm_scale=None,"  # its signature
+    mla.write_text(mla.read_text().replace("    max_seqlen_q,\n    sm_scale=None,", c16d44b9, 1))
     assert contract_problems(patched) == ["mla_decode_fwd takes page_size/nhead_kv: impls._aiter must pass them"]
 
 
