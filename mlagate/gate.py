@@ -61,7 +61,8 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     platform, arch = head_platform(store, machine, head_commit, platform, cfg)
     history = [r for r in main_history(store, machine, base_commit, cfg.gate.drift_lookback)
                if r.commit != head_commit]
-    decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history)
+    envs = tuple(store.read_sidecar(machine, c, "env") for c in (base_commit, head_commit))
+    decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history, envs=envs)
     flagged = decided.flagged()
     if confirm and flagged:
         from mlagate.measure import interleaved
@@ -71,7 +72,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
         confirmations = interleaved.interleaved(cases, gitops.REPO, base_commit, head_commit, cfg.timing,
                                                 cfg.gate.confirm_rounds)
         decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history,
-                                   confirmations=confirmations)
+                                   confirmations=confirmations, envs=envs)
     elif flagged:
         decided.warnings.append(Note(Kind.UNCONFIRMED, "flagged cases were not re-measured interleaved (run the "
                                      "gate with --confirm on the GPU host to rule out run-to-run noise)"))

@@ -113,6 +113,13 @@ def test_the_rehearsal_recorded_both_commits_through_asv_with_aiter(rehearsal):
     assert head.entries(BENCH_RATIO)[("tilelang-cdna3", 64, 64, "bfloat16", 16, "dense")].status == "ok"
     env = store.read_sidecar("mi300x", head.commit, "env")
     assert env["platform"] == "rocm" and env["start"]["arch"] == "gfx942" and env["start"]["sm_count"] == 304
+    # the vendor kernel, from the installed amd-aiter's own dispatch and code object (aiter_dispatch)
+    aiter = env["start"]["vendors"]["aiter"]
+    assert aiter["version"] == "0.1.7.post2.dev18" and aiter["arch"] == "gfx942"
+    row = aiter["kernels"]["bfloat16/16"]
+    assert row["code_object"] == "mla/mla_dec_stage1_bf16_a16w16_subQ16_mqa16.co"
+    assert (row["vgpr_count"], row["lds_bytes"]) == (512, 65536)
+    assert aiter["kernels"]["bfloat16/64"]["kernel"] is None
 
 
 def test_an_fp16_grid_on_rocm_fails_closed_naming_each_case(tmp_path, fresh_clone):

@@ -131,10 +131,34 @@ def _latency(cv: CaseVerdict, base, head, cfg: Config):
                                 f"+{g.threshold:.1%} at p < {g.alpha})")
 
 
-def _ratio(cv: CaseVerdict, base_ratio, head_ratio, rule, platform: Platform):
+def vendor_kernel(env, vendor: str, case: tuple):
+    """(version, kernel) of ``vendor`` for ``case`` in a record's env sidecar (measure/environment.vendors);
+    None where the record names none (older records)."""
+    entry = (((env or {}).get("start") or {}).get("vendors") or {}).get(vendor)
+    if not entry:
+        return None
+    row = (entry.get("kernels") or {}).get(f"{case[3]}/{case[4]}") or {}
+    return entry.get("version"), row.get("kernel")
+
+
+def _vendor_changed(cv: CaseVerdict, vendor: str, kernels) -> bool:
+    """Base and head ran different vendor kernels (or versions) for this case: the ratio moved with the vendor,
+    so its rules are not TileLang's to fail; said, and the case re-baselined."""
+    base, head = kernels or (None, None)
+    if base is None or head is None or base == head:
+        return False
+    _warn(cv, Kind.VENDOR_CHANGED, f"vendor kernel changed: {vendor} {base[0]} ran {base[1] or 'its kernel'} in "
+                                   f"base, {head[0]} {head[1] or 'its kernel'} in head; the ratio "
+                                   f"({cv.base_vendor_ratio} → {cv.vendor_ratio}) is re-baselined, not gated")
+    return True
+
+
+def _ratio(cv: CaseVerdict, base_ratio, head_ratio, rule, platform: Platform, kernels=None):
     cv.vendor_ratio = head_ratio
     cv.base_vendor_ratio = base_ratio
     vendor, heads = platform.vendor, cv.case[4]
+    if heads in platform.vendor_heads and head_ratio is not None and _vendor_changed(cv, vendor, kernels):
+        return
     if heads not in platform.vendor_heads:
         _warn(cv, Kind.NO_VENDOR_KERNEL, f"no vendor ratio: {vendor} has no {heads}-head kernel (perf.yml "
                                          f"vendor_heads {list(platform.vendor_heads)}); gated on latency alone")
@@ -194,12 +218,13 @@ def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config, rule):
 
 
 def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: str, *, history=(),
-             confirmations=None) -> Verdict:
+             confirmations=None, envs=(None, None)) -> Verdict:
     """Compare head with base for every gated case.
 
     ``history``: earlier main-branch results, oldest first, for the drift warning.
     ``confirmations``: {case: (base_samples, head_samples)} from an interleaved
     re-measure; a flagged case without one fails (the report says so).
+    ``envs``: base's and head's env sidecars, for the vendor kernels each ran.
     """
     g = cfg.gate
     rule = g.ratio[platform]
@@ -229,8 +254,9 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
             if cv.status != Status.ERROR:
                 _drift(cv, history, cfg)
         if key[0] == tilelang and cv.status in (Status.PASS, Status.NO_BASELINE):
+            vendor = cfg.platform(platform).vendor
             _ratio(cv, ok_value(base.entries(BENCH_RATIO).get(key)), ok_value(head.entries(BENCH_RATIO).get(key)),
-                   rule, cfg.platform(platform))
+                   rule, cfg.platform(platform), [vendor_kernel(env, vendor, key) for env in envs])
         if cv.flagged and cv.status == Status.PASS:
             confirmation = (confirmations or {}).get(key)
             if confirmation is not None and not all(s and _positive(s) for s in confirmation):

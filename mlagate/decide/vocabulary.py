@@ -46,6 +46,7 @@ class Kind(enum.StrEnum):
     # warnings: reported, never a failure by themselves
     NO_VENDOR_KERNEL = "no_vendor_kernel"  # gated on latency alone
     KNOWN_GAP = "known_gap"  # below the floor, as base already was
+    VENDOR_CHANGED = "vendor_changed"  # base and head ran different vendor kernels: the ratio is re-baselined
     DRIFT = "drift"
     NOT_CONFIRMED = "not_confirmed"  # the interleaved re-measure cleared a flagged case
     NO_REMEASURE = "no_remeasure"  # re-measures were made, none for this case

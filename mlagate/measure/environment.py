@@ -1,6 +1,7 @@
 """What a measurement ran on: the GPU this process uses, its platform, clocks and versions;
 and how the report reads such a record back."""
 
+import importlib.metadata
 import os
 import platform as _platform
 import subprocess
@@ -85,7 +86,43 @@ def environment(device=None, commit=None) -> dict:
                    l2_bytes=props.L2_cache_size, memory_bytes=props.total_memory,
                    driver=_query(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
                    clocks=clocks(), clock_control=_clock_facts(device))
+    env["vendors"] = vendors(env["platform"], env.get("arch"))
     return env
+
+
+def _distribution(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# CUDA: the vendor libraries and the PyPI distributions they come from (impls.py imports them by module name)
+CUDA_VENDORS = {"flash_mla": ("sgl-flash-mla", "flash-mla"), "flashinfer": ("flashinfer-python", "flashinfer")}
+
+
+def vendors(platform: str, arch: str | None) -> dict:
+    """The vendor kernels a ratio of this record was taken against: on ROCm aiter's version and, per
+    "dtype/heads", the code object its decode dispatch picks on ``arch`` with its resources
+    (measure/aiter_dispatch.py); on CUDA, FlashMLA's and FlashInfer's versions (and FlashInfer's backend).
+    A vendor that is not installed is recorded as version None. The gate compares these between base and
+    head (decide/verdict.py): a vendor that changed its kernel moved the ratio, not TileLang."""
+    if platform == "rocm":
+        from mlagate.measure import aiter_dispatch
+
+        entry = {"distribution": aiter_dispatch.DISTRIBUTION, "version": aiter_dispatch.version(), "arch": arch}
+        if entry["version"] and arch:
+            try:
+                entry["kernels"] = aiter_dispatch.table(arch)
+            except aiter_dispatch.ContractError as e:  # recorded, not fatal: the ratio is still measured
+                entry["kernels_unread"] = str(e)
+        return {"aiter": entry}
+    found = {}
+    for vendor, names in CUDA_VENDORS.items():
+        name = next((n for n in names if _distribution(n)), names[0])
+        found[vendor] = {"distribution": name, "version": _distribution(name)}
+    found["flashinfer"]["backend"] = "fa3"  # impls._flashinfer's BatchMLAPagedAttentionWrapper(backend=...)
+    return found
 
 
 def _clock_facts(device) -> dict:

@@ -216,15 +216,24 @@ def _flashinfer(inputs, device):
 
 
 def _aiter(inputs, device):
-    """aiter's MI300X assembly decode, pages of one token, as aiter's own tests call it."""
+    """aiter's MI300X assembly decode, pages of one token, as aiter's own tests call it. The code object it
+    runs is the one aiter's dispatch picks (measure/aiter_dispatch.py); without one the case is unavailable
+    here, not a failure at launch."""
+    from mlagate.measure import aiter_dispatch
+
     _require("aiter", "aiter")
     _require_arch("aiter", device, prefixes=("gfx94", "gfx95"))
     p = as_pages(inputs, "aiter", 1)
     if p.q.dtype != torch.bfloat16:
-        raise Unavailable(f"aiter: mla_decode_fwd takes bfloat16 (or fp8) queries, not {p.q.dtype}")
+        raise Unavailable(f"aiter: this harness feeds mla_decode_fwd bfloat16 queries (aiter takes bf16 or fp8 "
+                          f"with scales), not {p.q.dtype}")
+    batch, heads, dim = p.q.shape
+    try:
+        aiter_dispatch.decode_kernel("bfloat16", heads)
+    except aiter_dispatch.NoKernel as e:
+        raise Unavailable(f"aiter: {e}") from None
     from aiter.mla import mla_decode_fwd
 
-    batch, heads, dim = p.q.shape
     kv_indptr, page_ids = p.page_lists()  # pages of one token: indptr counts tokens
     i32 = dict(dtype=torch.int32, device=device)
     q_all = torch.cat([p.q, p.q_pe], -1).contiguous()
@@ -235,9 +244,9 @@ def _aiter(inputs, device):
     scale = q_all.shape[-1] ** -0.5
 
     def run():
-        # Keywords, not positions: newer aiter inserted page_size/nhead_kv before sm_scale.
-        mla_decode_fwd(q_all, cache, out, qo_indptr, kv_indptr, page_ids, last_page_lens, 1,
-                       page_size=1, nhead_kv=1, sm_scale=scale)
+        # amd-aiter 0.1.7.post2.dev18 (the image's): the page size and KV heads come from kv_buffer's shape;
+        # sm_scale by keyword, as later aiter inserted page_size/nhead_kv before it
+        mla_decode_fwd(q_all, cache, out, qo_indptr, kv_indptr, page_ids, last_page_lens, 1, sm_scale=scale)
         return out
 
     return run

@@ -1,0 +1,118 @@
+"""The aiter contract from aiter's own code, on a CPU: the pinned amd-aiter wheel (pyproject's test extra,
+the image's aiter) is installed; its ``mla_decode_fwd`` signature and its decode kernel table (replayed from
+its asm_mla.cu, resources from the code objects' AMDGPU notes) are what impls._aiter and perf.yml rely on.
+A pin bump that changes either fails here; the patched-copy tests show it. docs/aiter-contract-0.1.7.md."""
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mlagate import config
+from mlagate.measure import aiter_dispatch as dispatch
+
+PINNED = "0.1.7.post2.dev18"
+ROOT = dispatch.meta_root()
+# no skip: without the pinned wheel (pip install -e '.[aiter]') these fail, naming it
+
+# impls._aiter: eight positional arguments, then sm_scale by keyword
+CALLED = ("q", "kv_buffer", "o", "qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_lens", "max_seqlen_q")
+# (dtype, heads) -> the code object aiter's non-persistent, one-token decode runs; every other head count none
+KERNELS = {("bfloat16", 16): "mla/mla_dec_stage1_bf16_a16w16_subQ16_mqa16.co",
+           ("bfloat16", 128): "mla/mla_dec_stage1_bf16_a16w16_subQ128_mqa128.co",
+           ("float8_e4m3fnuz", 16): "mla/mla_a8w8_qh16_qseqlen1_gqaratio16.co",
+           ("float8_e4m3fnuz", 128): "mla/mla_a8w8_qh128_m32x4_n16x2_msk1.co"}
+
+
+def python_dir(root: Path) -> Path:
+    return root.parent / "aiter" if root.name == "aiter_meta" else root / "aiter"
+
+
+def signature(mla_py: Path) -> list:
+    """mla_decode_fwd's parameter names, read from the source (importing aiter needs ROCm)."""
+    tree = ast.parse(mla_py.read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "mla_decode_fwd")
+    return [a.arg for a in fn.args.args]
+
+
+def contract_problems(root: Path) -> list:
+    """What of the contract this aiter breaks; [] for the pinned one."""
+    problems = []
+    params = signature(python_dir(root) / "mla.py")
+    if tuple(params[:len(CALLED)]) != CALLED or "sm_scale" not in params:
+        problems.append(f"mla_decode_fwd's parameters are {params}: impls._aiter passes {CALLED} + sm_scale")
+    if "page_size" in params or "nhead_kv" in params:  # c16d44b9's: then KV shape and keywords disagree
+        problems.append("mla_decode_fwd takes page_size/nhead_kv: impls._aiter must pass them")
+    try:
+        for dtype in dispatch.TABLE_DTYPES:
+            for heads in dispatch.TABLE_HEADS:
+                try:
+                    found = dispatch.decode_kernel(dtype, heads, root=root).code_object
+                except dispatch.NoKernel:
+                    found = None
+                if found != KERNELS.get((dtype, heads)):
+                    problems.append(f"{dtype}, {heads} heads: aiter runs {found}, the contract says "
+                                    f"{KERNELS.get((dtype, heads))}")
+    except dispatch.ContractError as e:
+        problems.append(str(e))
+    return problems
+
+
+def test_the_installed_aiter_is_the_pinned_one():
+    assert ROOT is not None and dispatch.version() == PINNED, "pip install -e '.[aiter]'"
+    pyproject = (Path(__file__).parent.parent / "pyproject.toml").read_text()
+    assert f'"amd-aiter=={PINNED}"' in pyproject
+
+
+def test_the_pinned_aiter_keeps_the_contract():
+    assert contract_problems(ROOT) == []
+
+
+def test_perf_yml_declares_the_head_counts_aiter_has_a_bf16_kernel_for():
+    rocm = config.load().platform("rocm")
+    assert sorted(rocm.vendor_heads) == sorted(h for (d, h) in KERNELS if d == "bfloat16")
+
+
+def test_every_kernel_names_its_resources_from_the_code_object():
+    if shutil.which("llvm-readelf") is None:
+        pytest.fail("llvm-readelf is missing: apt-get install llvm (.ci/run installs it)")
+    table = dispatch.table("gfx942")
+    row = table["bfloat16/16"]
+    assert row["code_object"] == KERNELS[("bfloat16", 16)] and row["kernel"].endswith("subQ16_mqa16E")
+    # gfx942: 512 VGPRs (arch + acc), 64 KiB LDS, wave64; no scratch
+    assert (row["vgpr_count"], row["lds_bytes"], row["wavefront_size"], row["scratch_bytes"]) == (512, 65536, 64, 0)
+    assert table["bfloat16/64"]["kernel"] is None and "64 heads" in table["bfloat16/64"]["none"]
+
+
+@pytest.fixture
+def patched(tmp_path):
+    """A copy of the pinned aiter's two contract files, laid out as the wheel lays them out."""
+    meta = tmp_path / "aiter_meta"
+    for rel, base in ((dispatch.SOURCE, ROOT), ("mla.py", python_dir(ROOT))):
+        dest = (meta if base == ROOT else tmp_path / "aiter") / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(base / rel, dest)
+    return meta
+
+
+def test_a_signature_change_breaks_the_contract(patched):
+    mla = python_dir(patched) / "mla.py"
+    c16d44b9 = "    max_seqlen_q,\n    page_size=1,\n    nhead_kv=1,\n    sm_scale=None,"  # its signature
+    mla.write_text(mla.read_text().replace("    max_seqlen_q,\n    sm_scale=None,", c16d44b9, 1))
+    assert contract_problems(patched) == ["mla_decode_fwd takes page_size/nhead_kv: impls._aiter must pass them"]
+
+
+def test_a_kernel_table_change_breaks_the_contract(patched):
+    cu = patched / dispatch.SOURCE
+    cu.write_text(cu.read_text().replace("if(gqa_ratio == 128)\n            {\n                sub_Q = 128;",
+                                         "if(gqa_ratio == 64)\n            {\n                sub_Q = 128;", 1))
+    problems = contract_problems(patched)
+    assert any("bfloat16, 64 heads: aiter runs mla/mla_dec_stage1_bf16_a16w16_subQ128_mqa128.co" in p
+               for p in problems) and any("bfloat16, 128 heads: aiter runs None" in p for p in problems)
+
+
+def test_a_dispatch_this_reader_cannot_follow_is_an_error_not_a_guess(patched):
+    cu = patched / dispatch.SOURCE
+    cu.write_text(cu.read_text().replace("if(gqa_ratio == 16)", "if(gqa_ratio == 16 && use_new_path)", 1))
+    assert any("cannot evaluate the condition" in p for p in contract_problems(patched))

@@ -1,0 +1,79 @@
+"""A vendor dispatch change is a named event: base and head ran different vendor kernels (or versions), so
+the vendor ratio moved with the vendor and the gate does not blame TileLang. On the H200 records, with the
+env sidecars edited to name the vendor kernels each side ran."""
+
+import json
+
+import pytest
+
+import gate_fixtures as fx
+from mlagate.decide.verdict import Kind, Status, vendor_kernel
+from mlagate.store.results import Store
+from mlagate.store.results_file import BENCH_RATIO
+
+HOPPER_128 = ("tilelang-hopper", 128, 4096, "float16", 128, "dense")
+
+
+@pytest.fixture
+def root(tmp_path):
+    return fx.copy_store(tmp_path)
+
+
+def name_vendor(root, commit, version, kernels=None):
+    """The env sidecar of ``commit`` as a record of today writes it: the vendor kernels it ran."""
+    path = Store(root).sidecar_path(fx.MACHINE, commit, "env")
+    env = json.loads(path.read_text())
+    env["start"]["vendors"] = {"flash_mla": {"distribution": "sgl-flash-mla", "version": version,
+                                             "kernels": kernels or {}}}
+    path.write_text(json.dumps(env))
+
+
+def envs(root, base=fx.BASE, head=fx.DOCS):
+    store = Store(root)
+    return tuple(store.read_sidecar(fx.MACHINE, c, "env") for c in (base, head))
+
+
+def drop_ratio(root, case, factor=0.9):
+    fx.edit(root, fx.DOCS, BENCH_RATIO, case, lambda v, s: (v * factor, s))
+
+
+def test_a_vendor_version_change_names_the_event_and_re_baselines_the_ratio(root):
+    drop_ratio(root, fx.HOPPER_64)  # the 10.7% drop test_gate's ratio-drop test fails on
+    name_vendor(root, fx.BASE, "1.0.0")
+    name_vendor(root, fx.DOCS, "1.0.1")
+    cases = {c.case: c for c in fx.evaluate(root, head=fx.DOCS, envs=envs(root)).cases}
+    cv = cases[fx.HOPPER_64]
+    assert cv.status == Status.PASS and not cv.ratio_dropped and not cv.reasons
+    (note,) = [w for w in cv.warnings if w.kind is Kind.VENDOR_CHANGED]
+    assert "flash_mla 1.0.0" in note.text and "1.0.1" in note.text and "re-baselined" in note.text
+    assert any(w.kind is Kind.VENDOR_CHANGED for w in cases[HOPPER_128].warnings)  # a version moves every ratio
+
+
+def test_a_kernel_change_is_named_for_the_ratios_it_touches_only(root):
+    drop_ratio(root, fx.HOPPER_64)
+    drop_ratio(root, HOPPER_128)
+    name_vendor(root, fx.BASE, "1.0.0", {"float16/128": {"kernel": "decode_a"}})
+    name_vendor(root, fx.DOCS, "1.0.0", {"float16/128": {"kernel": "decode_b"}, "float16/16": {"kernel": "x"}})
+    cases = {c.case: c for c in fx.evaluate(root, head=fx.DOCS, envs=envs(root)).cases}
+    # both cases have 128 heads: each names the move from decode_a to decode_b and neither fails
+    for case in (fx.HOPPER_64, HOPPER_128):
+        assert cases[case].status == Status.PASS
+        (note,) = [w for w in cases[case].warnings if w.kind is Kind.VENDOR_CHANGED]
+        assert "decode_a in base" in note.text and "decode_b in head" in note.text
+
+
+def test_the_same_vendor_kernel_keeps_the_ratio_drop_rule(root):
+    drop_ratio(root, fx.HOPPER_64)
+    for commit in (fx.BASE, fx.DOCS):
+        name_vendor(root, commit, "1.0.0", {"float16/128": {"kernel": "decode_a"}})
+    cv = {c.case: c for c in fx.evaluate(root, head=fx.DOCS, envs=envs(root)).cases}[fx.HOPPER_64]
+    assert cv.status == Status.REGRESSION and cv.reasons[0].kind is Kind.RATIO_DROP
+    assert not any(w.kind is Kind.VENDOR_CHANGED for w in cv.warnings)
+
+
+def test_records_that_name_no_vendor_are_judged_as_before(root):
+    drop_ratio(root, fx.HOPPER_64)
+    name_vendor(root, fx.DOCS, "1.0.1")  # base is a record from before vendors were named
+    cv = {c.case: c for c in fx.evaluate(root, head=fx.DOCS, envs=envs(root)).cases}[fx.HOPPER_64]
+    assert cv.status == Status.REGRESSION and cv.reasons[0].kind is Kind.RATIO_DROP
+    assert vendor_kernel(envs(root)[0], "flash_mla", fx.HOPPER_64) is None
