@@ -18,7 +18,7 @@ RESULTS ?= .asv/results
 $(BIN)/mlagate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q $(TORCH) -e '.[test,lint]'
+	$(BIN)/pip install -q $(TORCH) -e '.[test,lint,aiter]'
 
 venv: $(BIN)/mlagate
 
