@@ -24,11 +24,14 @@ class GateOutput:
     files: dict
 
 
-def main_history(store: Store, machine: str, base: str, lookback: int) -> list:
-    """Recorded first-parent ancestors of base (base included), oldest first."""
+def main_history(store: Store, machine: str, base: str, lookback: int, strict=False) -> list:
+    """Recorded first-parent ancestors of base (base included), oldest first. A history git cannot read
+    is none (the drift warning is a warning); ``strict`` (where the history is what decides): a GateError."""
     try:
         commits = git("rev-list", "--first-parent", f"--max-count={lookback * 4}", base).split()
-    except GitError:
+    except GitError as e:
+        if strict:
+            raise GateError(f"cannot read the first-parent history of {base[:10]}: {e}") from None
         return []
     recorded = store.load_all(machine)
     return [recorded[c] for c in reversed(commits) if c in recorded]

@@ -3,6 +3,7 @@ candidate wins, and whether the committed table is beaten (the drift watch); and
 files in --out measured what this run would. Pure: it reads plans (mla_decode.Plan), results (CaseResult) and
 records it is given; only shape_plan imports the kernel (and with it tilelang), when it is called."""
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -206,7 +207,13 @@ def record_problem(record, impl: str) -> str | None:
     if record["stage"] == "lowered":
         return None if record["result"] is None else "result: a lowered candidate has none yet"
     try:
-        CaseResult.from_dict(record["result"])
+        result = CaseResult.from_dict(record["result"])
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         return f"result: not a measured case ({type(e).__name__}: {e})"
+    if result.status == RunStatus.OK:  # a measurement that decides must be one: NaN would pass every comparison
+        for key in ("median_ms", "tflops"):
+            value = getattr(result, key)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    and value > 0):
+                return f"result.{key}: an ok candidate's must be a finite number > 0, got {_short(value)}"
     return None
