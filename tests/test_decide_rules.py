@@ -815,8 +815,8 @@ def test_an_unreadable_file_is_a_problem_with_its_reason(tmp_path):
     s = Store(root)
     assert set(s.load_all("m")) == {A}
     assert [(p.path, p.reason) for p in s.problems] == [
-        (str(bad), "not readable JSON (Expecting value: line 1 column 1 (char 0))")]
-    assert str(s.problems[0]) == f"{bad}: not readable JSON (Expecting value: line 1 column 1 (char 0))"
+        (str(bad), "not readable JSON (not complete JSON: Expecting value (line 1, column 1))")]
+    assert str(s.problems[0]) == f"{bad}: not readable JSON (not complete JSON: Expecting value (line 1, column 1))"
 
 
 def test_incomplete_results_files_name_what_is_missing(tmp_path):

@@ -130,3 +130,179 @@ def test_tune_check_without_a_finite_committed_measurement_exits_2(monkeypatch, 
     assert tune_tests.tune_cli(perf_yml, out, "--check") == 2
     err = capsys.readouterr().err
     assert str(path) in err and f"result.{key}" in err
+
+
+# -- 2. one JSON reader: duplicate keys, bad text and absurd numbers refused, the file named ---------------
+
+def results_text(root, commit) -> str:
+    path = fx.results_file(root, commit)
+    return json.dumps(json.loads(path.read_text()))  # one line: its keys are where a test puts them
+
+
+def slow_row_twice(root):
+    """head's TimeDecode row twice: SLOW's (a real 22-31% slowdown), then base's; Python's json keeps the last."""
+    slow = json.loads(results_text(root, fx.SLOW))["results"][BENCH_TIME]
+    head = fx.results_file(root, fx.DOCS)
+    text = results_text(root, fx.DOCS).replace('"results": {', f'"results": {{"{BENCH_TIME}": {json.dumps(slow)}, ', 1)
+    head.write_text(text)
+    return head
+
+
+def key_twice(path_of, key, value):
+    def fault(root):
+        path = path_of(root)
+        path.write_text(path.read_text().replace("{", f"{{{json.dumps(key)}: {json.dumps(value)}, ", 1))
+        return path
+    return fault
+
+
+def times(factor=None, value=None):
+    def change(v, samples):
+        return (v, [value] * len(samples)) if value is not None else (v * factor, [s * factor for s in samples])
+    return change
+
+
+def on_case(commit, bench, change):
+    def fault(root):
+        fx.edit(root, commit, bench, fx.HOPPER_64, change)
+        return fx.results_file(root, commit)
+    return fault
+
+
+def env(root):
+    return root / fx.MACHINE / f"{fx.DOCS[:8]}-env.sidecar"
+
+
+RATIO = "mla_decode.Throughput.track_vendor_ratio"
+STORE_JSON = {
+    "a TimeDecode row twice": (slow_row_twice, f"{BENCH_TIME!r} appears twice"),
+    "commit_hash twice": (key_twice(lambda r: fx.results_file(r, fx.DOCS), "commit_hash", fx.SLOW),
+                          "'commit_hash' appears twice"),
+    "env platform twice": (key_twice(lambda r: env(r), "platform", "rocm"), "'platform' appears twice"),
+    "base samples 1e308": (on_case(fx.BASE, BENCH_TIME, times(value=1e308)), "outside the physical bounds"),
+    "head samples 5e-324": (on_case(fx.DOCS, BENCH_TIME, times(value=5e-324)), "outside the physical bounds"),
+    "head samples 1e308": (on_case(fx.DOCS, BENCH_TIME, times(value=1e308)), "outside the physical bounds"),
+    "a vendor ratio of 1e308": (on_case(fx.DOCS, RATIO, lambda v, s: (1e308, s)), "outside the physical bounds"),
+    "a vendor ratio of 1e-9": (on_case(fx.DOCS, RATIO, lambda v, s: (1e-9, s)), "outside the physical bounds"),
+    "a latency of 20 s": (on_case(fx.DOCS, BENCH_TIME, lambda v, s: (20.0, s)), "outside the physical bounds"),
+    "env nested 50k deep": (lambda r: (env(r).write_text("[" * 50_000 + "]" * 50_000), env(r))[1], "nested deeper"),
+    "env truncated": (lambda r: (env(r).write_text(env(r).read_text()[:40]), env(r))[1], "truncated"),
+}
+
+
+@pytest.mark.parametrize("fault", STORE_JSON.values(), ids=STORE_JSON)
+def test_a_results_file_or_sidecar_the_json_reader_refuses_exits_2_naming_it(root, tmp_path, capsys, fault):
+    damage, message = fault
+    path = damage(root)
+    code = gate(root, tmp_path / "out")
+    err = capsys.readouterr().err
+    assert code == 2 and str(path) in err and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def deep(n=50_000) -> str:
+    return "[" * n + "]" * n
+
+
+NOISE = {
+    "a list": ("[]", "not a noise study"),
+    "{}": ("{}", "not a noise study"),
+    "no samples": ('{"c": {"mlagate": [1.0]}}', "c.samples: must be at least 2 rounds"),
+    "NaN samples": ('{"c": {"samples": [[NaN], [1.0], [1.0]]}}', "c.samples[0]: nan is not a time"),
+    "negative samples": ('{"c": {"samples": [[1.0], [-1.0], [1.0]]}}', "c.samples[1]: -1.0 is not a time"),
+    "a key twice": ('{"c": {"samples": [[1.0], [1.0]]}, "c": {}}', "'c' appears twice"),
+    "truncated": ('{"c": {"samples": [[1.0', "truncated"),
+    "not UTF-8": (b'{"c\xff": 1}', "not UTF-8"),
+    "50k deep": (deep(), "nested deeper"),
+}
+
+
+@pytest.mark.parametrize("content, message", NOISE.values(), ids=NOISE)
+def test_calibrate_refuses_a_bad_noise_file_naming_it(tmp_path, capsys, content, message):
+    path = tmp_path / "noise.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    out = tmp_path / "out"
+    assert cli.main(["calibrate", "--noise", str(path), "--trials", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and message in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+ROW = {"label": "c", "step": 1.0, "injected": 0.01, "status": "pass"}
+LADDER = {
+    "a row's injected a string": (json.dumps({"table": [{**ROW, "injected": "1%"}]}), "table[0].injected"),
+    "a row's step null": (json.dumps({"table": [{**ROW, "step": None}]}), "table[0].step"),
+    "a row's label a number": (json.dumps({"table": [{**ROW, "label": 3}]}), "table[0]: label and status"),
+    "50k deep": (deep(), "nested deeper"),
+    "a key twice": ('{"table": [], "table": []}', "'table' appears twice"),
+}
+
+
+@pytest.mark.parametrize("content, message", LADDER.values(), ids=LADDER)
+def test_calibrate_refuses_a_bad_ladder_file_naming_it(tmp_path, capsys, content, message):
+    path = tmp_path / "ladder.json"
+    path.write_text(content)
+    out = tmp_path / "out"
+    assert cli.main(["calibrate", "--ladder", str(path), "--trials", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and message in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("trials", ["0", "-5"])
+def test_calibrate_refuses_trials_below_one(tmp_path, capsys, trials):
+    assert cli.main(["calibrate", "--trials", trials, "--out", str(tmp_path / "out")]) == 2
+    assert "--trials: must be at least 1" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+CALIBRATION = {
+    "a list": ("[]", "a JSON list, not an object"),
+    "truncated": ('{"run_id": "x", ', "truncated"),
+    "not UTF-8": (b'{"run_id": "\xff"}', "not UTF-8"),
+    "a key twice": ('{"run_id": "x", "run_id": "y"}', "'run_id' appears twice"),
+    "no cases": ('{"run_id": "x"}', "cases_calibrated: must be a mapping"),
+    "a median of 1e308": ('{"run_id": "x", "cases_calibrated": {"c": {"median_s": 1e308, "steps": {}}}}',
+                          "cases_calibrated.c.median_s"),
+    "cycles a string": ('{"run_id": "x", "cases_calibrated": {"c": {"median_s": 1e-4, "steps": {"1": '
+                        '{"cycles": "9"}}}}}', "cases_calibrated.c.steps.1.cycles"),
+    "50k deep": (deep(), "nested deeper"),
+}
+
+
+@pytest.mark.parametrize("content, message", CALIBRATION.values(), ids=CALIBRATION)
+def test_a_ladder_calibration_json_that_is_not_one_is_refused_naming_it(tmp_path, content, message):
+    from mlagate.ladder import run as ladder
+
+    path = tmp_path / "calibration.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ValueError) as refused:
+        ladder.read_calibration(tmp_path)
+    assert str(path) in str(refused.value) and message in str(refused.value)
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"files": [], "files": []}', "'files' appears twice"),
+    ('{"files": 3}', "files: a list of entries"),
+    ('{"files": [', "truncated"),
+    (deep(), "nested deeper"),
+], ids=["a key twice", "files a number", "truncated", "50k deep"])
+def test_a_damaged_merge_journal_is_refused_naming_it(tmp_path, content, message):
+    from mlagate.store import files
+    from mlagate.store.errors import StoreError
+
+    (tmp_path / files.JOURNAL).write_text(content)
+    with pytest.raises(StoreError) as refused:
+        files.recover(tmp_path)
+    assert str(tmp_path / files.JOURNAL) in str(refused.value) and message in str(refused.value)
+
+
+def test_a_tune_candidate_with_a_key_twice_is_refused(monkeypatch, tmp_path, perf_yml, fake_lowering, capsys):
+    tune_tests.fake_gpu(monkeypatch)
+    out = tmp_path / "out"
+    assert tune_tests.tune_cli(perf_yml, out) == 0
+    path = out / "sm_90" / "hopper" / "quick" / "b64-s4096-h16-float16" / f"{tune_tests.DEFAULT}.json"
+    path.write_text(path.read_text().replace("{", '{"stage": "lowered", ', 1))
+    capsys.readouterr()
+    assert tune_tests.tune_cli(perf_yml, out, "--check") == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "'stage' appears twice" in err

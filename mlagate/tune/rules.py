@@ -3,11 +3,11 @@ candidate wins, and whether the committed table is beaten (the drift watch); and
 files in --out measured what this run would. Pure: it reads plans (mla_decode.Plan), results (CaseResult) and
 records it is given; only shape_plan imports the kernel (and with it tilelang), when it is called."""
 
-import math
 from dataclasses import dataclass
 from enum import StrEnum
 
 from mlagate.case import Case, CaseResult, RunStatus
+from mlagate.json_reader import LATENCY_CEILING_S, LATENCY_FLOOR_S, TFLOPS_CEILING, out_of_bounds
 
 
 def launch_key(plan) -> tuple:
@@ -211,9 +211,13 @@ def record_problem(record, impl: str) -> str | None:
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         return f"result: not a measured case ({type(e).__name__}: {e})"
     if result.status == RunStatus.OK:  # a measurement that decides must be one: NaN would pass every comparison
-        for key in ("median_ms", "tflops"):
+        for key, (low, high) in MEASURED_BOUNDS.items():
             value = getattr(result, key)
-            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                    and value > 0):
-                return f"result.{key}: an ok candidate's must be a finite number > 0, got {_short(value)}"
+            if out_of_bounds(value, low, high) or value <= 0:
+                return (f"result.{key}: an ok candidate's must be a finite number > 0 and within [{low:g}, "
+                        f"{high:g}], got {_short(value)}")
     return None
+
+
+# An ok candidate's measured numbers (json_reader's physical limits, in the candidate file's units: ms, TFLOPs).
+MEASURED_BOUNDS = {"median_ms": (LATENCY_FLOOR_S * 1e3, LATENCY_CEILING_S * 1e3), "tflops": (1e-6, TFLOPS_CEILING)}
