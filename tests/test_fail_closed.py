@@ -306,3 +306,59 @@ def test_a_tune_candidate_with_a_key_twice_is_refused(monkeypatch, tmp_path, per
     assert tune_tests.tune_cli(perf_yml, out, "--check") == 2
     err = capsys.readouterr().err
     assert str(path) in err and "'stage' appears twice" in err
+
+
+# -- 3. the newer commands' inputs: each refusal names its option or file, exit 2, no traceback -------------
+
+EMPTY_REVISION = {
+    "gate --base": (["gate", "--base", "", "--head", fx.DOCS, "--results", "r"], "--base: an empty revision"),
+    "gate --head": (["gate", "--base", fx.BASE, "--head", " ", "--results", "r"], "--head: an empty revision"),
+    "bisect --bad": (["bisect", "--bad", "", "--machine", fx.MACHINE, "--results", "r"], "--bad: an empty revision"),
+    "bisect --good": (["bisect", "--good", "", "--machine", fx.MACHINE, "--results", "r"],
+                      "--good: an empty revision"),
+    "merge --commit": (["results", "merge", "--machine", "m", "--commit", "", "--into", "r", "s"],
+                       "--commit: an empty revision"),
+    "record --rev": (["record", "--rev", "", "--machine", "m", "--results", "r"], "--rev: an empty revision"),
+}
+
+
+@pytest.mark.parametrize("argv, message", EMPTY_REVISION.values(), ids=EMPTY_REVISION)
+def test_an_empty_revision_is_refused_naming_its_option(tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bisect_on_a_truncated_results_file_names_it_not_a_missing_gpu(root, tmp_path, capsys):
+    path = fx.results_file(root, fx.SLOW)
+    path.write_text(path.read_text()[:200])
+    code = cli.main(["bisect", "--good", fx.BASE, "--bad", fx.SLOW, "--machine", fx.MACHINE, "--results", str(root),
+                     "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{path}: corrupt results file of bad 22e8a671" in err and "no GPU" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_on_a_truncated_results_file_exits_2_writing_nothing(root, tmp_path, capsys):
+    path = fx.results_file(root, fx.DOCS)
+    path.write_text(path.read_text()[:200])
+    assert cli.main(["report", "--results", str(root), "--out", str(tmp_path / "out")]) == 2
+    assert str(path) in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("target", ["cuda:sm_XX", "cuda:sm_", "hip:gfxZZ", "cuda:sm_90;rm"])
+def test_build_refuses_a_target_tilelang_cannot_name(tmp_path, capsys, target):
+    assert cli.main(["build", "--target", target, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"--target {target!r}: expected cuda:<sm_XX> or hip:<gfxNNN>" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("gpus", ["-1", "0,0", "1,-2"])
+def test_gpus_must_be_distinct_indices(gpus):
+    from mlagate.measure import grid
+
+    with pytest.raises(ValueError, match=r"--gpus .*: GPU indices are distinct numbers >= 0"):
+        grid.parse_gpus(gpus)

@@ -65,12 +65,15 @@ def drift(history: list, bad, max_slowdown: float) -> tuple:
 def run_bisect(cfg: Config, *, bad_rev: str, results: Path, machine: str, good_rev=None, grid="quick",
                echo=print) -> tuple:
     """(bisect.Result, cases): record what is missing, re-measure, search."""
-    from mlagate.gate import commit_of, main_history
+    from mlagate.gate import commit_of, main_history, refuse_corrupt
     from mlagate.store.record import record
 
     store = Store(results)
     bad = commit_of(bad_rev)
     good = None if good_rev is None else commit_of(good_rev)
+    for name, commit in (("bad", bad), ("good", good)) if good else (("bad", bad),):
+        store.load(machine, commit)
+        refuse_corrupt(store, name, commit)  # not "no GPU" to record over it: the store is append-only
     if store.load(machine, bad) is None:
         record(bad, results=store.root, machine=machine, grid=grid, time_budget_s=cfg.timing.record_s, echo=echo)
     bad_medians = measured_medians(store, machine, "bad", bad)

@@ -12,6 +12,8 @@ from mlagate import config as config_mod
 from mlagate import exits
 from mlagate.cli import bench, bisect, build, calibrate, demo, gate, gpus, ladder, record, report, results, tune
 
+# The options that name a commit, across the subcommands.
+REVISIONS = ("base", "head", "bad", "good", "commit", "rev")
 COMMANDS = (bench, record, gate, results, report, build, calibrate, gpus, bisect, ladder, tune, demo)
 
 
@@ -26,6 +28,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from mlagate.store.errors import GateError, StoreError
 
+    empty = [f"--{name}" for name in REVISIONS if getattr(args, name, None) is not None
+             and not str(getattr(args, name)).strip()]
+    if empty:  # git's "rev-parse --verify ^{commit} failed" would name nothing
+        return _error(args.command, f"{empty[0]}: an empty revision; give a commit or a branch")
     try:
         cfg = config_mod.load(args.config)
         return args.func(args, cfg)
