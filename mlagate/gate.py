@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlagate import gitops
+from mlagate.atomic import write_replace
 from mlagate.config import Config
 from mlagate.decide import build_rules, verdict
 from mlagate.decide.vocabulary import Kind, Note
@@ -196,8 +197,9 @@ def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) 
     markdown = report.gate_markdown(verdict, plot="tflops.png" if plot else None,
                                     vendor=cfg.platform(verdict.platform).vendor, page=page.name)
     files = {"markdown": out_dir / "gate.md", "json": out_dir / "verdict.json", "comparison": page}
-    files["markdown"].write_text(markdown)
-    files["json"].write_text(json.dumps(report.verdict_dict(verdict), indent=1, default=str))
+    # each whole or not at all: a reader polling --out (a concurrent gate's) never sees half a verdict.json
+    write_replace(files["markdown"], markdown.encode())
+    write_replace(files["json"], json.dumps(report.verdict_dict(verdict), indent=1, default=str).encode())
     if plot:
         files["plot"] = Path(plot)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")

@@ -362,3 +362,43 @@ def test_gpus_must_be_distinct_indices(gpus):
 
     with pytest.raises(ValueError, match=r"--gpus .*: GPU indices are distinct numbers >= 0"):
         grid.parse_gpus(gpus)
+
+
+# -- 4. nothing written on an error path; outputs whole or not at all -------------------------------------
+
+def test_tune_writes_nothing_before_refusing_a_damaged_candidate(monkeypatch, tmp_path, perf_yml, fake_lowering,
+                                                                  capsys):
+    tune_tests.fake_gpu(monkeypatch)
+    folder = tmp_path / "out" / "sm_90" / "hopper" / "quick"
+    candidate = folder / "b64-s4096-h16-float16" / f"{tune_tests.DEFAULT}.json"
+    candidate.parent.mkdir(parents=True)
+    candidate.write_text('{"candidate": ')
+    assert tune_tests.tune_cli(perf_yml, tmp_path / "out") == 2
+    assert str(candidate) in capsys.readouterr().err
+    assert sorted(p.name for p in folder.rglob("*")) == ["b64-s4096-h16-float16", candidate.name]
+
+
+@pytest.mark.slow
+def test_concurrent_gates_into_one_out_never_show_a_torn_verdict(root, tmp_path):
+    """Gates of two heads written again and again into one --out while a reader polls: every verdict.json it
+    reads is whole JSON of one of the two verdicts."""
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "mlagate.cli", "--config", str(fx.recorded_perf_yml(tmp_path)), "gate", "--base",
+            fx.BASE, "--machine", fx.MACHINE, "--results", str(root), "--platform", "cuda", "--out", str(out)]
+    loop = 'for i in 1 2 3; do "$@" >/dev/null 2>&1; [ $? -le 1 ] || exit 9; done'  # 1: SLOW is a regression
+    writers = [subprocess.Popen(["bash", "-c", loop, "gates", *argv, "--head", head]) for head in (fx.DOCS, fx.SLOW)]
+    seen, reads = set(), 0
+    while any(w.poll() is None for w in writers):
+        try:
+            text = (out / "verdict.json").read_text()
+        except FileNotFoundError:
+            time.sleep(0.001)
+            continue
+        reads += 1
+        seen.add(json.loads(text)["head"])  # a torn file would not parse
+    assert [w.returncode for w in writers] == [0, 0] and reads > 0
+    assert seen <= {fx.DOCS, fx.SLOW}

@@ -133,8 +133,8 @@ class Summary:
 def run_tune(cfg: Config, p: Plan, echo=print) -> Summary:
     """Lower, measure what is not done yet, and once all is done decide, report, and write or check."""
     deadline = time.monotonic() + p.max_minutes * 60 if p.max_minutes else None
+    done = _read(p)  # an earlier run's files checked first: nothing is written before a refusal
     write_json(p.folder / IDENTITY, p.identity)
-    done = _read(p)
     _prefilter(cfg, p, done, deadline, echo)
     _measure_lowered(cfg, p, [(sp, impl) for sp, impl in _candidates(p) if _stage(done, sp, impl) == "lowered"],
                      done, deadline, echo)
