@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlagate import gitops
+from mlagate.atomic import write_replace
 from mlagate.config import Config
 from mlagate.decide import build_rules, verdict
 from mlagate.decide.vocabulary import Kind, Note
@@ -24,11 +25,14 @@ class GateOutput:
     files: dict
 
 
-def main_history(store: Store, machine: str, base: str, lookback: int) -> list:
-    """Recorded first-parent ancestors of base (base included), oldest first."""
+def main_history(store: Store, machine: str, base: str, lookback: int, strict=False) -> list:
+    """Recorded first-parent ancestors of base (base included), oldest first. A history git cannot read
+    is none (the drift warning is a warning); ``strict`` (where the history is what decides): a GateError."""
     try:
         commits = git("rev-list", "--first-parent", f"--max-count={lookback * 4}", base).split()
-    except GitError:
+    except GitError as e:
+        if strict:
+            raise GateError(f"cannot read the first-parent history of {base[:10]}: {e}") from None
         return []
     recorded = store.load_all(machine)
     return [recorded[c] for c in reversed(commits) if c in recorded]
@@ -194,8 +198,9 @@ def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) 
     markdown = report.gate_markdown(verdict, plot="tflops.png" if plot else None,
                                     vendor=cfg.platform(verdict.platform).vendor, page=page.name)
     files = {"markdown": out_dir / "gate.md", "json": out_dir / "verdict.json", "comparison": page}
-    files["markdown"].write_text(markdown)
-    files["json"].write_text(json.dumps(report.verdict_dict(verdict), indent=1, default=str))
+    # each whole or not at all: a reader polling --out (a concurrent gate's) never sees half a verdict.json
+    write_replace(files["markdown"], markdown.encode())
+    write_replace(files["json"], json.dumps(report.verdict_dict(verdict), indent=1, default=str).encode())
     if plot:
         files["plot"] = Path(plot)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")

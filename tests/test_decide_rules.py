@@ -337,17 +337,38 @@ def test_the_ratio_rules_hold_only_the_platforms_tilelang_config():
 
 # -- case states ------------------------------------------------------------------------
 
-def case_states(base_entry, head_entry, ratio=0.8):
+def case_states(base_entry, head_entry, ratio=0.8, cfg=CFG):
     base = results("base", {HOP: base_entry} if base_entry else {}, {HOP: 0.8})
     head = results("head", {HOP: head_entry} if head_entry else {}, {HOP: ratio} if ratio else {})
-    return decide.evaluate(base, head, CFG, "cuda", history=[base, base])
+    return decide.evaluate(base, head, cfg, "cuda", history=[base, base])
+
+
+def without_128_heads():
+    """CFG whose grids no longer list HOP (128 heads)."""
+    raw = copy.deepcopy(RAW)
+    raw["gate"]["gated"] = ["tilelang-hopper", "tilelang-cdna3"]
+    raw["platforms"]["cuda"]["tilelang"] = HOP[0]
+    for name in ("quick", "full"):
+        raw["grid"][name]["heads"] = [h for h in raw["grid"][name]["heads"] if h != 128] or [16]
+    return config.parse(raw)
 
 
 def test_case_states():
     good = ok(samples(100))
-    removed = one(case_states(good, None))
-    assert (removed.status, notes(removed.warnings), removed.reasons) == (
-        Status.REMOVED, [(Kind.REMOVED, "in base, not in head (grid changed?)")], [])
+    other = results("head", {HOP_16: good}, {HOP_16: 0.8})  # head measured something, not HOP
+    both = results("base", {HOP: good, HOP_16: good}, {HOP: 0.8, HOP_16: 0.8})
+    missing = decide.evaluate(both, other, CFG, "cuda")
+    assert missing.outcome == Outcome.ERROR
+    assert (missing.cases[0].case, missing.cases[0].status, notes(missing.cases[0].reasons)) == (
+        HOP, Status.ERROR, [(Kind.MISSING_IN_HEAD, "in base, not in head, and perf.yml still lists it: head was "
+                                                   "not measured there (record head with the grid base was recorded "
+                                                   "with)")])
+    removed = decide.evaluate(both, other, without_128_heads(), "cuda").cases[0]
+    assert (removed.case, removed.status, notes(removed.warnings), removed.reasons) == (
+        HOP, Status.REMOVED, [(Kind.REMOVED, "in base, not in head: perf.yml no longer lists it")], [])
+    nothing = case_states(good, None)  # head measured no gated case at all
+    assert nothing.outcome == Outcome.ERROR and notes(nothing.errors) == [(Kind.NO_GATED_CASES, (
+        "no gated case (tilelang-hopper, tilelang-cdna3) measured in head head: nothing to compare"))]
     failed = case_states(good, Entry("failed"))
     assert failed.outcome == Outcome.ERROR
     assert notes(one(failed).reasons) == [(Kind.FAILED_IN_HEAD, "benchmark failed in head (see the asv log sidecar)")]
@@ -358,14 +379,15 @@ def test_case_states():
     both_skipped = case_states(Entry("skipped"), Entry("skipped"), ratio=None)
     assert (one(both_skipped).status, notes(one(both_skipped).warnings)) == (
         Status.SKIPPED, [(Kind.NO_BASE, "base result is skipped")])
-    assert both_skipped.outcome == Outcome.PASS
+    assert both_skipped.outcome == Outcome.ERROR  # neither side measured a gated case: nothing was compared
+    assert [e.kind for e in both_skipped.errors] == [Kind.NO_GATED_CASES] * 2
     new_skipped = one(case_states(None, Entry("skipped"), ratio=None))
     assert new_skipped.status == Status.SKIPPED and new_skipped.reasons == []
     dropped = case_states(good, Entry("skipped"))
     assert dropped.outcome == Outcome.ERROR
     assert (one(dropped).status, notes(one(dropped).reasons)) == (
         Status.ERROR, [(Kind.SKIPPED_IN_HEAD, "measured in base but skipped in head")])
-    removed_without_ratio = one(case_states(good, None, ratio=None))
+    removed_without_ratio = one(case_states(good, None, ratio=None, cfg=without_128_heads()))
     assert removed_without_ratio.status == Status.REMOVED and removed_without_ratio.reasons == []
 
 
@@ -793,8 +815,8 @@ def test_an_unreadable_file_is_a_problem_with_its_reason(tmp_path):
     s = Store(root)
     assert set(s.load_all("m")) == {A}
     assert [(p.path, p.reason) for p in s.problems] == [
-        (str(bad), "not readable JSON (Expecting value: line 1 column 1 (char 0))")]
-    assert str(s.problems[0]) == f"{bad}: not readable JSON (Expecting value: line 1 column 1 (char 0))"
+        (str(bad), "not readable JSON (not complete JSON: Expecting value (line 1, column 1))")]
+    assert str(s.problems[0]) == f"{bad}: not readable JSON (not complete JSON: Expecting value (line 1, column 1))"
 
 
 def test_incomplete_results_files_name_what_is_missing(tmp_path):

@@ -108,9 +108,21 @@ def test_new_case_has_no_baseline(root):
 
 def test_removed_case_is_reported(root):
     fx.drop_batch(root, fx.DOCS, 64)
-    cases = by_case(fx.evaluate(root, head=fx.DOCS))
+    raw = _raw_config()
+    for name in ("quick", "full"):  # perf.yml no longer measures batch 64
+        raw["grid"][name]["batch"] = [128]
+    for w in raw["workloads"].values():
+        w["batch"] = [128]
+    cases = by_case(fx.evaluate(root, head=fx.DOCS, cfg=config.parse(raw)))
     assert cases[fx.HOPPER_64].status == Status.REMOVED
     assert cases[HOPPER_128].status == Status.PASS
+
+
+def test_a_case_missing_in_head_that_perf_yml_still_lists_is_an_error(root):
+    fx.drop_batch(root, fx.DOCS, 64)
+    verdict = fx.evaluate(root, head=fx.DOCS)
+    assert verdict.outcome == Outcome.ERROR
+    assert [r.kind for r in by_case(verdict)[fx.HOPPER_64].reasons] == [Kind.MISSING_IN_HEAD]
 
 
 def test_failed_case_is_an_error(root):

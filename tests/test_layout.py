@@ -11,7 +11,8 @@ MAX_LINES = 300
 # The flow, lowest first: a module may import its own layer and the ones before it, never a later one.
 LAYERS = (
     {"mlagate.case", "mlagate.hardware", "mlagate.exits", "mlagate.config", "mlagate.config.reader",
-     "mlagate.config.tune", "mlagate.config.workloads", "mlagate.atomic", "mlagate.gitops", "mlagate.kernels"},
+     "mlagate.config.tune", "mlagate.config.workloads", "mlagate.atomic", "mlagate.json_reader", "mlagate.gitops",
+     "mlagate.kernels"},
     {"mlagate.measure"},
     {"mlagate.store"},
     {"mlagate.decide"},

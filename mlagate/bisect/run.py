@@ -37,6 +37,15 @@ def _medians(results) -> dict:
             if key[0].startswith(TILELANG_PREFIX) and e.status == "ok" and e.samples}
 
 
+def measured_medians(store: Store, machine: str, name: str, commit: str) -> dict:
+    """A side's TileLang medians; none is an error (a bisect that compared nothing found no drift)."""
+    found = _medians(store.load(machine, commit))
+    if not found:
+        raise GateError(f"{store.root / machine}: {name} {commit[:10]} has no TileLang case measured with samples "
+                        "(each failed, was skipped or has none): nothing to compare")
+    return found
+
+
 def drift(history: list, bad, max_slowdown: float) -> tuple:
     """(good commit, drifting cases): bad's TileLang cases at least ``max_slowdown`` slower than their best
     median in ``history`` (recorded main commits before bad); good holds the best of the worst one."""
@@ -56,16 +65,21 @@ def drift(history: list, bad, max_slowdown: float) -> tuple:
 def run_bisect(cfg: Config, *, bad_rev: str, results: Path, machine: str, good_rev=None, grid="quick",
                echo=print) -> tuple:
     """(bisect.Result, cases): record what is missing, re-measure, search."""
-    from mlagate.gate import commit_of, main_history
+    from mlagate.gate import commit_of, main_history, refuse_corrupt
     from mlagate.store.record import record
 
     store = Store(results)
     bad = commit_of(bad_rev)
     good = None if good_rev is None else commit_of(good_rev)
+    for name, commit in (("bad", bad), ("good", good)) if good else (("bad", bad),):
+        store.load(machine, commit)
+        refuse_corrupt(store, name, commit)  # not "no GPU" to record over it: the store is append-only
     if store.load(machine, bad) is None:
         record(bad, results=store.root, machine=machine, grid=grid, time_budget_s=cfg.timing.record_s, echo=echo)
-    history = [r for r in main_history(store, machine, bad, cfg.gate.drift_lookback) if r.commit != bad]
+    bad_medians = measured_medians(store, machine, "bad", bad)
     if good is None:
+        history = [r for r in main_history(store, machine, bad, cfg.gate.drift_lookback, strict=True)
+                   if r.commit != bad]
         good, cases = drift(history[-cfg.gate.drift_lookback:], store.load(machine, bad), cfg.gate.drift_max_slowdown)
         if good is None:
             return bisect.Result(bisect.Finding.NO_DRIFT, [bad]), []
@@ -73,8 +87,11 @@ def run_bisect(cfg: Config, *, bad_rev: str, results: Path, machine: str, good_r
         if store.load(machine, good) is None:
             record(good, results=store.root, machine=machine, grid=grid, time_budget_s=cfg.timing.record_s,
                    echo=echo)
-        good_medians, bad_medians = _medians(store.load(machine, good)), _medians(store.load(machine, bad))
+        good_medians = measured_medians(store, machine, "good", good)
         changes = {c: bad_medians[c] / good_medians[c] - 1 for c in bad_medians if c in good_medians}
+        if not changes:
+            raise GateError(f"{store.root / machine}: good {good[:10]} and bad {bad[:10]} share no TileLang case "
+                            "measured on both: nothing to compare")
         cases = sorted((c for c, change in changes.items() if change >= cfg.gate.threshold), key=lambda c: c.key)
         if not cases:  # the recorded medians' largest change, for the record
             return bisect.Result(bisect.Finding.NO_DRIFT, [good, bad], total=max(changes.values(), default=None)), []

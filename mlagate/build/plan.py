@@ -6,6 +6,7 @@ plan does not split) with its combine kernel, and the no-split path (num_split =
 Identical plans are planned once.
 """
 
+import re
 from dataclasses import dataclass
 
 FORCED_SPLIT = 4
@@ -45,7 +46,8 @@ def parse_target(target: str) -> tuple:
     from mlagate.kernels import mla_decode
 
     kind, _, arch = target.partition(":")
-    if kind not in ("cuda", "hip") or not arch:
+    # a name tilelang can target: sm_ and digits (a: the arch-specific variant), gfx and its hex digits
+    if kind not in ("cuda", "hip") or not re.fullmatch(r"sm_\d{2,3}a?|gfx[0-9a-f]{3,4}", arch):
         raise BuildError(f"--target {target!r}: expected cuda:<sm_XX> or hip:<gfxNNN>")
     t = mla_decode.target_for(arch)
     if t["kind"] != kind:

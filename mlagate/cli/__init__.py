@@ -26,6 +26,8 @@ from mlagate.cli import (
     tune,
 )
 
+# The options that name a commit, across the subcommands.
+REVISIONS = ("base", "head", "bad", "good", "commit", "rev")
 COMMANDS = (bench, record, gate, results, report, build, calibrate, gpus, runner_check, bisect, ladder, tune, demo)
 
 
@@ -40,6 +42,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from mlagate.store.errors import GateError, StoreError
 
+    empty = [f"--{name}" for name in REVISIONS if getattr(args, name, None) is not None
+             and not str(getattr(args, name)).strip()]
+    if empty:  # git's "rev-parse --verify ^{commit} failed" would name nothing
+        return _error(args.command, f"{empty[0]}: an empty revision; give a commit or a branch")
     try:
         cfg = config_mod.load(args.config)
         return args.func(args, cfg)

@@ -24,6 +24,7 @@ def run(args, cfg) -> int:
     if last < 1:
         raise ValueError(f"--last must be >= 1, got {last}")
     out = Path(args.out)
+    refuse_corrupt_results(results_root(args.results), args.machine)
     problems = site.build(cfg, results=results_root(args.results), out=out, machine=args.machine,
                           bench_json=args.bench_json, last=last)
     for problem in problems:
@@ -31,3 +32,15 @@ def run(args, cfg) -> int:
     print(f"wrote {out / 'index.html'} and {out / 'asv'}/; serve them with "
           f"`python -m http.server {site.PORT} --directory {out}`")
     return exits.OK
+
+
+def refuse_corrupt_results(root, machine):
+    """A results file the store refuses is an error before anything is written: the report would leave
+    its commit out and look complete."""
+    from mlagate.store.errors import StoreError
+    from mlagate.store.results import Store, pick_machine
+
+    store = Store(root)
+    store.load_all(pick_machine(store, machine))
+    if store.problems:
+        raise StoreError(f"{store.problems[0]} (restore it from the results branch, or remove it by hand)")

@@ -235,13 +235,23 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
     verdict = Verdict(Outcome.PASS, [], base=base.commit, head=head.commit, platform=platform)
     if not keys:
         verdict.errors.append(Note(Kind.NO_GATED_CASES, f"no gated cases ({', '.join(g.gated)}) in either result"))
+    for name, side, entries in (("base", base, base_t), ("head", head, head_t)):
+        if keys and not any(k[0] in g.gated and e.status == "ok" for k, e in entries.items()):
+            # nothing measured on one side is nothing compared, not "no change"
+            verdict.errors.append(Note(Kind.NO_GATED_CASES, f"no gated case ({', '.join(g.gated)}) measured in "
+                                                            f"{name} {side.commit[:8]}: nothing to compare"))
+    listed = cfg.listed_keys(platform)
 
     for key in keys:
         cv = CaseVerdict(key, Status.PASS)
         b, h = base_t.get(key), head_t.get(key)
-        if h is None:
+        if h is None and key not in listed:
             cv.status = Status.REMOVED
-            _warn(cv, Kind.REMOVED, "in base, not in head (grid changed?)")
+            _warn(cv, Kind.REMOVED, "in base, not in head: perf.yml no longer lists it")
+        elif h is None:
+            _fail(cv, Kind.MISSING_IN_HEAD, "in base, not in head, and perf.yml still lists it: head was not "
+                                            "measured there (record head with the grid base was recorded with)",
+                  Status.ERROR)
         elif h.status == "failed":
             _fail(cv, Kind.FAILED_IN_HEAD, "benchmark failed in head (see the asv log sidecar)", Status.ERROR)
         elif b is None or b.status != "ok":

@@ -41,6 +41,7 @@ class Kind(enum.StrEnum):
     RATIO_DROP = "ratio_drop"
     FAILED_IN_HEAD = "failed_in_head"
     SKIPPED_IN_HEAD = "skipped_in_head"
+    MISSING_IN_HEAD = "missing_in_head"  # in base, absent from head, still listed in perf.yml
     BAD_REMEASURE = "bad_remeasure"
     NO_GATED_CASES = "no_gated_cases"  # a verdict error
     # warnings: reported, never a failure by themselves

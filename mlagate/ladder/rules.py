@@ -10,6 +10,7 @@ points.
 import math
 
 from mlagate.case import case_label
+from mlagate.json_reader import LATENCY_CEILING_S, LATENCY_FLOOR_S, out_of_bounds
 
 DEFAULT_STEPS = (0.0, 1.0, 2.0, 3.0, 5.0, 8.0)  # percent of each case's own time
 MAX_STEP = 50.0
@@ -250,3 +251,28 @@ def _norm(value):
     if isinstance(value, (list, tuple)):
         return [_norm(v) for v in value]
     return value
+
+
+def calibration_problem(doc) -> str | None:
+    """What is wrong with a calibration.json read back (the key, and what it holds), else None: a resume
+    makes its step commits and its table from it, so each key it reads is checked by type and range."""
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__}, not an object"
+    if not isinstance(doc.get("run_id"), str) or not doc["run_id"]:
+        return f"run_id: must be a name, got {doc.get('run_id')!r:.40}"
+    cases = doc.get("cases_calibrated")
+    if not isinstance(cases, dict) or not cases:
+        return f"cases_calibrated: must be a mapping of case labels, got {cases!r:.40}"
+    for label, case in cases.items():
+        where = f"cases_calibrated.{label}"
+        if not isinstance(case, dict) or not isinstance(case.get("steps"), dict):
+            return f"{where}.steps: must be a mapping of steps"
+        if out_of_bounds(case.get("median_s"), LATENCY_FLOOR_S, LATENCY_CEILING_S):
+            return f"{where}.median_s: must be a latency in [{LATENCY_FLOOR_S:g}, {LATENCY_CEILING_S:g}] s"
+        for name, step in case["steps"].items():
+            cycles = step.get("cycles") if isinstance(step, dict) else "no step"
+            if cycles is not None and (type(cycles) is not int or cycles < 1):
+                return f"{where}.steps.{name}.cycles: must be a positive integer or null, got {cycles!r:.40}"
+            if "injected" in step and out_of_bounds(step["injected"], -1.0, 10.0):
+                return f"{where}.steps.{name}.injected: must be a finite share, got {step['injected']!r:.40}"
+    return None

@@ -13,7 +13,6 @@ resumes where it stopped. The refs stay after the ladder (its table names the co
 --format='delete %(refname)' refs/mlagate/ladder/ | git update-ref --stdin` drops them all.
 """
 
-import json
 import os
 import platform as _platform
 import shutil
@@ -27,6 +26,7 @@ from mlagate.atomic import write_json
 from mlagate.case import Case
 from mlagate.config import Config
 from mlagate.gitops import GitError, git, resolve
+from mlagate.json_reader import load
 from mlagate.kernels import mla_decode
 from mlagate.ladder import rules as ladder
 from mlagate.measure.impls import TILELANG_PREFIX
@@ -263,7 +263,7 @@ def run_step(cfg: Config, p: Plan, calibration: dict, rep: int, step: float, com
     name, folder = ladder.step_name(step), p.out / f"rep{rep}"
     done, results = folder / f"step{name}.json", folder / "results"
     if done.exists():
-        return json.loads(done.read_text())
+        return load(done, "a ladder step")
     for rev in (p.base, commit):
         _record_once(rev, results, p, echo)
     echo(f"rep {rep}, step {name}%: gating {commit[:10]} against base {p.base[:10]}")
@@ -297,4 +297,4 @@ def write_outputs(doc: dict, out: Path) -> dict:
 
 def read_calibration(out: Path) -> dict | None:
     path = Path(out) / "calibration.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    return load(path, f"a ladder's calibration in --out {out}", ladder.calibration_problem) if path.exists() else None

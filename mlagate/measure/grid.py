@@ -88,6 +88,8 @@ def parse_gpus(text):
             gpus = [int(x) for x in text.split(",")]
         except ValueError:
             raise ValueError(f"--gpus must be 'all', a count or a comma-separated list, got {text!r}") from None
+        if any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus):
+            raise ValueError(f"--gpus {text}: GPU indices are distinct numbers >= 0")
     for gpu in gpus:  # an index past a visible-devices list: error now, not one failed case per worker
         worker_visible_env(os.environ, gpu)
     return gpus

@@ -9,6 +9,7 @@ the header says which GPU measured each side, and when. Static HTML and one PNG;
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlagate.atomic import write_replace
 from mlagate.decide.vocabulary import Status
 from mlagate.measure import environment
 from mlagate.measure.summary import median_ci
@@ -160,5 +161,5 @@ def write_page(out: Path, verdict, sides: Sides, cfg) -> Path:
 </body></html>
 """
     path = out / "comparison.html"
-    path.write_text(page)
+    write_replace(path, page.encode())
     return path

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from mlagate.atomic import TEMP, fsync_dir, write_once, write_replace
+from mlagate.json_reader import JSONFileError, load
 from mlagate.store.errors import StoreError
 
 # mlagate's own files in a store start with ".mlagate": asv reads only *.json, the
@@ -86,11 +87,16 @@ def recover(root) -> bool:
         tmp.unlink(missing_ok=True)
     journal = root / JOURNAL
     try:
-        entries = json.loads(journal.read_bytes())["files"]
+        entries = load(journal, "an install journal")["files"]
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise TypeError(f"files: a list of entries, got {entries!r:.60}")
     except FileNotFoundError:
         return False
-    except (ValueError, KeyError, TypeError) as e:  # written whole, so only damage from outside gets here
-        raise StoreError(f"{journal}: unreadable install journal ({e}); move it away to go on") from None
+    except JSONFileError as e:  # written whole, so only damage from outside gets here
+        raise StoreError(f"{journal}: unreadable install journal ({e.reason}); move it away to go on") from None
+    except (KeyError, TypeError) as e:
+        raise StoreError(f"{journal}: unreadable install journal ({type(e).__name__}: {e}); move it away to "
+                         "go on") from None
     for entry in entries:
         _install(root, entry)
     os.unlink(journal)

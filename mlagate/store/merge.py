@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlagate.case import Case, case_label
+from mlagate.json_reader import JSONFileError, parse, read_json
 from mlagate.measure.shards import parse_shard, runner_shard
 from mlagate.store.errors import StoreError
 from mlagate.store.files import install_record, recover, store_lock
 from mlagate.store.results import Store, refuse_recorded
-from mlagate.store.results_file import WORKLOAD_BENCH, Entry, _number, case_keys, read_json
+from mlagate.store.results_file import WORKLOAD_BENCH, Entry, _number, case_keys
 
 # Columns of a results row with one value per benchmark; every other column has one per case.
 PER_BENCHMARK = ("params", "version", "started_at", "duration", "profile")
@@ -96,8 +97,10 @@ def _read(root: Path, machine: str, commit: str) -> Shard:
 def _json_object(path: Path) -> dict:
     try:
         data, infinite = read_json(path)
-    except (OSError, ValueError, RecursionError) as e:
-        raise StoreError(f"{path}: not readable JSON ({e})") from None
+    except JSONFileError as e:
+        raise StoreError(f"{path}: not readable JSON ({e.reason})") from None
+    except OSError as e:
+        raise StoreError(f"{path}: not readable ({e.strerror})") from None
     if not isinstance(data, dict) or infinite:
         raise StoreError(f"{path}: not the JSON object asv writes")
     return data
@@ -115,7 +118,7 @@ def _check_set(shards: list):
             if s.data.get(key) != first.data.get(key):
                 raise StoreError(f"{s.path}: {key} {s.data.get(key)!r:.80} differs from {first.path}'s "
                                  f"{first.data.get(key)!r:.80}")
-        mine, theirs = json.loads(s.machine_json), json.loads(first.machine_json)
+        mine, theirs = (parse(x.machine_json, x.path.parent / "machine.json")[0] for x in (s, first))
         if mine != theirs:  # one machine name per GPU model: the runners must be the same machine to asv
             keys = sorted(k for k in {*mine, *theirs} if mine.get(k) != theirs.get(k))
             raise StoreError(f"{s.path.parent / 'machine.json'}: differs from {first.label}'s in {', '.join(keys)}")

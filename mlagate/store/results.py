@@ -15,9 +15,10 @@ from pathlib import Path
 
 from mlagate.case import case_label
 from mlagate.config import ROOT
+from mlagate.json_reader import JSONFileError, read_json
 from mlagate.store.errors import GateError, StoreError
 from mlagate.store.files import store_lock, write_once
-from mlagate.store.results_file import parse_results_file, read_json
+from mlagate.store.results_file import parse_results_file
 
 
 @dataclass
@@ -44,12 +45,14 @@ class Problem:
 def _check_machine_json(path: Path):
     """asv's machine.json: asv writes it before any results of the machine, and asv publish needs it."""
     try:
-        data = json.loads(path.read_text())
+        data, _ = read_json(path)
     except FileNotFoundError:
         raise StoreError(f"{path}: missing (asv writes it with a machine's first results): the folder "
                          "is damaged; restore machine.json from the results branch") from None
-    except (OSError, ValueError, RecursionError) as e:
-        raise StoreError(f"{path}: not readable JSON ({e}); restore it from the results branch") from None
+    except JSONFileError as e:
+        raise StoreError(f"{path}: not readable JSON ({e.reason}); restore it from the results branch") from None
+    except OSError as e:
+        raise StoreError(f"{path}: not readable ({e.strerror}); restore it from the results branch") from None
     if not isinstance(data, dict):
         raise StoreError(f"{path}: a JSON {type(data).__name__}, not asv's machine object")
 
@@ -151,8 +154,10 @@ class Store:
             data, infinite = read_json(path)
             reason = (f"corrupt sidecar (a JSON {type(data).__name__}, not an object)" if not isinstance(data, dict)
                       else f"corrupt sidecar ({infinite}: an infinite number)" if infinite else None)
-        except (OSError, ValueError, RecursionError) as e:  # ValueError: bad JSON or not UTF-8
-            reason = f"corrupt sidecar ({e})"
+        except JSONFileError as e:  # not UTF-8, not complete JSON, a key twice, too deep
+            reason = f"corrupt sidecar ({e.reason})"
+        except OSError as e:
+            reason = f"corrupt sidecar (unreadable: {e.strerror})"
         if reason is None:
             return data
         if strict:

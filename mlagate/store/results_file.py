@@ -10,13 +10,21 @@ here, in asv 0.6's ``result_columns`` layout, and every field is checked.
 
 import ast
 import itertools
-import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlagate.case import DENSE, PARAM_NAMES, case_label
+from mlagate.json_reader import (
+    LATENCY_CEILING_S,
+    LATENCY_FLOOR_S,
+    RATIO_CEILING,
+    TFLOPS_CEILING,
+    JSONFileError,
+    out_of_bounds,
+    read_json,
+)
 from mlagate.measure.metrics import flops
 from mlagate.store.errors import StoreError
 
@@ -54,6 +62,9 @@ class _Invalid(ValueError):
 # The benchmarks mlagate records measure positive quantities: seconds, TFLOPs, a ratio of TFLOPs
 # (asv_suite.metric gives NaN, never 0, where one does not exist).
 POSITIVE = (BENCH_TIME, BENCH_TFLOPS, BENCH_RATIO)
+# ... and physical ones: each within its bounds (json_reader's limits), per value and per raw sample.
+BOUNDS = {BENCH_TIME: (LATENCY_FLOOR_S, LATENCY_CEILING_S, "s"), BENCH_TFLOPS: (1e-6, TFLOPS_CEILING, " TFLOPs"),
+          BENCH_RATIO: (1 / RATIO_CEILING, RATIO_CEILING, "")}
 _KEY_TYPES = (str, int, int, str, int, str)  # PARAM_NAMES' types
 _FULL_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
@@ -94,15 +105,19 @@ def _number(value, positive: bool) -> bool:
     return finite and (value > 0 or not positive)
 
 
-def _entry(where: str, value, samples, positive: bool) -> Entry:
+def _entry(where: str, value, samples, positive: bool, bounds=None) -> Entry:
     """One case: null is asv's 'failed', NaN its 'skipped'; anything else must be a finite
-    number (positive for mlagate's benchmarks), and so must every raw sample."""
+    number (positive for mlagate's benchmarks, within ``bounds`` (low, high, unit) for its
+    measures), and so must every raw sample."""
     if value is None:
         return Entry("failed")
     if isinstance(value, float) and math.isnan(value):
         return Entry("skipped")
     if not _number(value, positive):
         raise _Invalid(f"{where}: value {value!r:.60} is not a {'positive ' if positive else ''}finite number")
+    if bounds and out_of_bounds(value, *bounds[:2]):
+        raise _Invalid(f"{where}: value {value!r:.40} is outside the physical bounds [{bounds[0]:g}, "
+                       f"{bounds[1]:g}]{bounds[2]}")
     if samples is None or samples == []:
         return Entry("ok", float(value))
     if not isinstance(samples, list):
@@ -111,6 +126,10 @@ def _entry(where: str, value, samples, positive: bool) -> Entry:
     if bad is not None:
         raise _Invalid(f"{where}: sample {bad} of {len(samples)} is {samples[bad]!r:.60}, not a "
                        f"{'positive ' if positive else ''}finite number")
+    bad = next((i for i, s in enumerate(samples) if bounds and out_of_bounds(s, *bounds[:2])), None)
+    if bad is not None:
+        raise _Invalid(f"{where}: sample {bad} of {len(samples)} is {samples[bad]!r:.40}, outside the physical "
+                       f"bounds [{bounds[0]:g}, {bounds[1]:g}]{bounds[2]}")
     return Entry("ok", float(value), tuple(float(s) for s in samples))
 
 
@@ -137,8 +156,9 @@ def _benchmark(name, row, columns) -> dict:
     samples = _column(row, columns.index("samples") if "samples" in columns else None, f"{name} samples", keys)
     if results is None:
         raise _Invalid(f"{name}: no results")
-    positive = WORKLOAD_BENCH.get(name, name) in POSITIVE
-    return {key: _entry(f"{name} {case_label(key)}", value, samples[i] if samples else None, positive)
+    measure = WORKLOAD_BENCH.get(name, name)
+    return {key: _entry(f"{name} {case_label(key)}", value, samples[i] if samples else None, measure in POSITIVE,
+                        BOUNDS.get(measure))
             for i, (key, value) in enumerate(zip(keys, results))}
 
 
@@ -178,46 +198,16 @@ def _header(data) -> tuple:
     return commit, int(date), columns
 
 
-def read_json(path: Path) -> tuple:
-    """(data, where its first infinite number is or None): asv and mlagate write none, and
-    Python's json reads both Infinity and 1e999 as one. The walk runs only when one was seen."""
-    seen = []
-
-    def number(text):
-        value = float(text)
-        if math.isinf(value):
-            seen.append(text)
-        return value
-
-    def constant(name):  # NaN, Infinity, -Infinity
-        if name != "NaN":
-            seen.append(name)
-        return float(name)
-
-    data = json.loads(path.read_text(), parse_float=number, parse_constant=constant)
-    return data, first_infinity(data) if seen else None
-
-
-def first_infinity(value, where="") -> str | None:
-    """Where the first infinite number in parsed JSON is (asv and mlagate write none), or None."""
-    if isinstance(value, float) and math.isinf(value):
-        return where or "top level"
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for k, v in items:
-        found = first_infinity(v, f"{where}[{k!r}]" if isinstance(k, int) else f"{where}.{k}" if where else k)
-        if found:
-            return found
-    return None
-
-
 def parse_results_file(path) -> tuple:
     """(commit, date, {bench: {case: Entry}}) from one asv results file; StoreError naming
     the path (and the benchmark and case) if it is not a complete, valid asv results file."""
     path = Path(path)
     try:
         data, infinite = read_json(path)
-    except (OSError, ValueError, RecursionError) as e:  # ValueError: bad JSON or not UTF-8
-        raise StoreError(f"{path}: not readable JSON ({e})") from None
+    except JSONFileError as e:
+        raise StoreError(f"{path}: not readable JSON ({e.reason})") from None
+    except OSError as e:
+        raise StoreError(f"{path}: not readable ({e.strerror})") from None
     try:
         commit, date, columns = _header(data)
         benchmarks = {}

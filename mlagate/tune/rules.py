@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from mlagate.case import Case, CaseResult, RunStatus
+from mlagate.json_reader import LATENCY_CEILING_S, LATENCY_FLOOR_S, TFLOPS_CEILING, out_of_bounds
 
 
 def launch_key(plan) -> tuple:
@@ -206,7 +207,17 @@ def record_problem(record, impl: str) -> str | None:
     if record["stage"] == "lowered":
         return None if record["result"] is None else "result: a lowered candidate has none yet"
     try:
-        CaseResult.from_dict(record["result"])
+        result = CaseResult.from_dict(record["result"])
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         return f"result: not a measured case ({type(e).__name__}: {e})"
+    if result.status == RunStatus.OK:  # a measurement that decides must be one: NaN would pass every comparison
+        for key, (low, high) in MEASURED_BOUNDS.items():
+            value = getattr(result, key)
+            if out_of_bounds(value, low, high) or value <= 0:
+                return (f"result.{key}: an ok candidate's must be a finite number > 0 and within [{low:g}, "
+                        f"{high:g}], got {_short(value)}")
     return None
+
+
+# An ok candidate's measured numbers (json_reader's physical limits, in the candidate file's units: ms, TFLOPs).
+MEASURED_BOUNDS = {"median_ms": (LATENCY_FLOOR_S * 1e3, LATENCY_CEILING_S * 1e3), "tflops": (1e-6, TFLOPS_CEILING)}

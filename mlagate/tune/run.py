@@ -22,6 +22,7 @@ from pathlib import Path
 from mlagate.atomic import write_json
 from mlagate.case import CaseResult, RunStatus
 from mlagate.config import Config
+from mlagate.json_reader import JSONFileError, load
 from mlagate.measure import grid
 from mlagate.measure.precompile import in_processes
 from mlagate.tune import report
@@ -97,9 +98,10 @@ def plan(cfg: Config, *, grid_name="quick", family=None, out="out/tune", jobs=1,
     saved = folder / IDENTITY
     if saved.exists():  # a resume: an earlier run's tune.json must match
         try:
-            before = json.loads(saved.read_text())
-        except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
-            raise ValueError(f"--out {out}: {saved}: not readable ({e}); remove that folder to start over") from None
+            before = load(saved, "a tune's identity")
+        except (OSError, JSONFileError) as e:
+            raise ValueError(f"--out {out}: {saved}: not readable ({getattr(e, 'reason', e)}); remove that folder to "
+                             "start over") from None
         identity = decide.resumed_identity(before, identity, f"--out {out}: {saved}")
     flag = {Mode.REPORT: "", Mode.WRITE: " --write-table", Mode.CHECK: " --check"}[mode]
     return Plan(family, spec.arch, f"{kind}:{spec.arch}", grid_name, mode, folder, Path(table) if table else None,
@@ -131,8 +133,8 @@ class Summary:
 def run_tune(cfg: Config, p: Plan, echo=print) -> Summary:
     """Lower, measure what is not done yet, and once all is done decide, report, and write or check."""
     deadline = time.monotonic() + p.max_minutes * 60 if p.max_minutes else None
+    done = _read(p)  # an earlier run's files checked first: nothing is written before a refusal
     write_json(p.folder / IDENTITY, p.identity)
-    done = _read(p)
     _prefilter(cfg, p, done, deadline, echo)
     _measure_lowered(cfg, p, [(sp, impl) for sp, impl in _candidates(p) if _stage(done, sp, impl) == "lowered"],
                      done, deadline, echo)
@@ -167,13 +169,10 @@ def _read(p: Plan) -> dict:
     done = {}
     for path in sorted(p.folder.glob("*/*.json")):
         try:
-            record = json.loads(path.read_text())
-            problem = decide.record_problem(record, path.stem)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            problem = str(e)
-        if problem:
-            raise ValueError(f"{path}: not a candidate file ({problem}); remove it to measure that candidate again")
-        done[path.parent.name, path.stem] = record
+            done[path.parent.name, path.stem] = load(path, "a candidate file",
+                                                     lambda record: decide.record_problem(record, path.stem))
+        except JSONFileError as e:
+            raise ValueError(f"{e}; remove it to measure that candidate again") from None
     return done
 
 
