@@ -125,6 +125,17 @@ def test_a_case_missing_in_head_that_perf_yml_still_lists_is_an_error(root):
     assert [r.kind for r in by_case(verdict)[fx.HOPPER_64].reasons] == [Kind.MISSING_IN_HEAD]
 
 
+@pytest.mark.parametrize("grid,status", [("quick", Status.REMOVED), ("full", Status.ERROR), (None, Status.ERROR)])
+def test_a_missing_case_is_judged_by_the_grid_head_was_recorded_with(root, grid, status):
+    """HOPPER_64 (128 heads) is in the full grid, not the quick one: a quick-grid head lacks it by design."""
+    fx.drop_batch(root, fx.DOCS, 64)
+    verdict = fx.evaluate(root, head=fx.DOCS, envs=(None, {"grid": grid} if grid else None))
+    cv = by_case(verdict)[fx.HOPPER_64]
+    assert cv.status == status
+    if status == Status.REMOVED:
+        assert [w.text for w in cv.warnings] == ["in base, not in head: head's grid (quick) does not list it"]
+
+
 def test_failed_case_is_an_error(root):
     fx.edit(root, fx.DOCS, BENCH_TIME, fx.HOPPER_64, fx.fail)
     verdict = fx.evaluate(root, head=fx.DOCS)

@@ -132,10 +132,12 @@ class Config:
                       for impl, d, h, b in itertools.product(impls, dtypes, w.heads, w.batch)]
         return [c for c in cases if c.impl != p.vendor or c.heads in p.vendor_heads]
 
-    def listed_keys(self, platform: str) -> frozenset:
-        """Every case key perf.yml measures on a platform, in any grid, implementation or dtype: a case
-        base has and head lacks is an error while it is listed here, a removal once it is not."""
-        return frozenset(c.key for name in self.grid.sizes
+    def listed_keys(self, platform: str, grid: str | None = None) -> frozenset:
+        """Every case key perf.yml measures on a platform in ``grid`` (every grid where it is not known), in
+        any implementation or dtype: a case base has and head lacks is an error while it is listed here, a
+        removal once it is not."""
+        grids = [grid] if grid in self.grid.sizes else list(self.grid.sizes)
+        return frozenset(c.key for name in grids
                          for c in self.cases(name, self.implementations, platform, dtypes=DTYPES))
 
     def case(self, key: tuple, platform: str) -> Case:

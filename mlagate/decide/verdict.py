@@ -240,14 +240,17 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
             # nothing measured on one side is nothing compared, not "no change"
             verdict.errors.append(Note(Kind.NO_GATED_CASES, f"no gated case ({', '.join(g.gated)}) measured in "
                                                             f"{name} {side.commit[:8]}: nothing to compare"))
-    listed = cfg.listed_keys(platform)
+    head_grid = (envs[1] or {}).get("grid") if isinstance(envs[1], dict) else None
+    listed = cfg.listed_keys(platform, head_grid)  # the cases head's own grid measures
+    unlisted = f"head's grid ({head_grid}) does not list it" if head_grid in cfg.grid.sizes \
+        else "perf.yml no longer lists it"
 
     for key in keys:
         cv = CaseVerdict(key, Status.PASS)
         b, h = base_t.get(key), head_t.get(key)
         if h is None and key not in listed:
             cv.status = Status.REMOVED
-            _warn(cv, Kind.REMOVED, "in base, not in head: perf.yml no longer lists it")
+            _warn(cv, Kind.REMOVED, f"in base, not in head: {unlisted}")
         elif h is None:
             _fail(cv, Kind.MISSING_IN_HEAD, "in base, not in head, and perf.yml still lists it: head was not "
                                             "measured there (record head with the grid base was recorded with)",
