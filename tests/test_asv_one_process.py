@@ -53,12 +53,14 @@ def test_the_record_stores_what_a_plain_asv_run_stores(recorded):
     conf = tmp / "asv.conf.json"
     conf.write_text(json.dumps(record.asv_config(repo, plain, tmp / "html")))
     env = record._asv_env(repo, "quick", None, None)
-    for args in (["machine", "--machine", MACHINE, "--yes"],
-                 ["run", "--python=same", "--set-commit-hash", head, "--machine", MACHINE, "--record-samples",
-                  "--launch-method", "forkserver"]):
+    # exit code 2: asv's for a run in which a benchmark failed (the stand-in's failed case), the record's too
+    for args, code in ((["machine", "--machine", MACHINE, "--yes"], 0),
+                       (["run", "--python=same", "--set-commit-hash", head, "--machine", MACHINE, "--record-samples",
+                         "--launch-method", "forkserver"], 2)):
         out = subprocess.run([sys.executable, "-m", "asv", *args, "--config", str(conf)], env=env, cwd=repo,
                              capture_output=True, text=True)
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        assert out.returncode == code, out.stdout[-3000:] + out.stderr[-3000:]
+    assert Store(store).read_sidecar(MACHINE, head, "asv-log")["exit_code"] == 2
     ours, theirs = (json.loads(results_file(s, head).read_text()) for s in (store, plain))
     assert results_file(store, head).name == results_file(plain, head).name
     assert {k: v for k, v in ours.items() if k not in ("results", "durations")} == \
@@ -76,7 +78,7 @@ def test_the_record_stores_what_a_plain_asv_run_stores(recorded):
         started_at, duration = row[columns.index("started_at")], row[columns.index("duration")]
         assert start * 1e3 <= started_at <= end * 1e3 and 0 < duration < end - start
     samples = ours["results"][BENCH_TIME][columns.index("samples")]
-    assert sum(s is not None for s in samples) == 10  # measured cases have their samples; skipped, failed: none
+    assert sum(s is not None for s in samples) == 16 - 5  # measured ones have samples; 4 skipped, 1 failed: none
     for name in ("benchmarks.json", f"{MACHINE}/machine.json"):
         assert json.loads((store / name).read_text()) == json.loads((plain / name).read_text()), name
 
