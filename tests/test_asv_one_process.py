@@ -36,8 +36,8 @@ def recorded(tmp_path_factory, fresh_clone):
         mp.setattr(record, "gpu_available", lambda: True)
         store = tmp / "store"
         start = time.time()
-        for rev in ("HEAD~1", "HEAD"):
-            record.record(rev, results=store, machine=MACHINE, grid="quick", echo=lambda line: None)
+        for rev, gpus in (("HEAD~1", None), ("HEAD", "0,1,2,3")):  # HEAD on 4 fake GPUs
+            record.record(rev, results=store, machine=MACHINE, grid="quick", gpus=gpus, echo=lambda line: None)
         yield repo, store, (start, time.time()), tmp, mp
 
 
@@ -100,8 +100,14 @@ def test_asv_publish_and_the_gate_read_a_record_made_in_one_process(recorded, ca
                      "--out", str(tmp / "gate")])
     err = capsys.readouterr().err
     assert code == 0, err  # the same fake measurement on both sides: no regression
-    verdict = json.loads((tmp / "gate" / "verdict.json").read_text())
-    assert verdict
+    assert json.loads((tmp / "gate" / "verdict.json").read_text())
+    # HEAD was measured on 4 GPUs: each point (all its implementations) on one, all four used
+    rows = s.read_sidecar(MACHINE, gitops.resolve("HEAD", repo), "cases")["results"]
+    gpu_of = {}
+    for row in rows:
+        gpu_of.setdefault((row["batch"], row["seqlen"], row["dtype"], row["heads"], row["workload"]), set()).add(
+            row["gpu"])
+    assert all(len(g) == 1 for g in gpu_of.values()) and set.union(*gpu_of.values()) == {0, 1, 2, 3}
 
 
 # -- the same point on the same GPU ---------------------------------------------------
