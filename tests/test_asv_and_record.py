@@ -89,7 +89,7 @@ def test_asv_stores_exactly_the_samples_the_grid_measured(monkeypatch):
     times_ms = {first: (0.05, 0.07, 0.06, 0.08, 0.051), second: (0.1, 0.2, 0.3)}
     measured = {c: CaseResult(c, RunStatus.OK, samples=Samples(t, "cuda-event", 0, 0, "test"))
                 for c, t in times_ms.items()}
-    for case in (first, second):
+    for case in (first, second, second):  # the same case again in one process: its samples again
         result = _run_asv_case(bench, measured, case)
         assert result["number"] == 1
         assert result["samples"] == [t / 1e3 for t in times_ms[case]]

@@ -11,10 +11,11 @@ from mlagate import config as config_mod
 from mlagate.case import PARAM_NAMES, Case, RunStatus
 from mlagate.measure.environment import platform
 
-# asv's own time per case after the measuring pass (a process per benchmark and parameter set, which stores
-# the samples): the record's deadline keeps it free, so that the whole record fits timing.record_s
-# (docs/measurements.md, fourth session of 2026-12-01).
-ASV_S_PER_CASE = 0.2
+# asv's own time per case after the measuring pass (every benchmark and parameter set replayed in one
+# process, measure.asv_one_process: milliseconds; 0.2 s when it forked a process for each, docs/measurements.md,
+# fourth session of 2026-12-01): the record's deadline keeps it free, so that the whole record fits
+# timing.record_s.
+ASV_S_PER_CASE = 0.02
 # Set by `mlagate record`: when the record must end (epoch seconds), where every case's result
 # (clocks, dropped windows, skipped cases) goes beside asv's results, the GPUs to measure on
 # (`--gpus`) and this runner's share of the grid points (`--shard I/N`).
@@ -110,7 +111,8 @@ def write_cases(path, results):
 class ReplayClock:
     """asv's timer for TimeDecode: asv reads it around each call of the benchmark, and each call
     advances it by the next sample measure_grid took, so the samples asv stores are exactly
-    time_gpu's. Loading the same case again (asv re-runs setup between samples) keeps the place."""
+    time_gpu's. Loading the same case again (asv re-runs setup between samples) keeps the place; once
+    every sample was handed out, a new run of the case starts over (one process runs every case)."""
 
     def __init__(self):
         self.total_s, self.case, self._samples, self._next = 0.0, None, (), 0
@@ -119,7 +121,7 @@ class ReplayClock:
         return self.total_s
 
     def load(self, case, samples_s) -> int:
-        if case != self.case:
+        if case != self.case or self._next >= len(self._samples):
             self.case, self._samples, self._next = case, tuple(samples_s), 0
         self.total_s = 0.0  # asv re-runs setup before each sample: (0 + x) - 0 is x to the bit
         return len(self._samples)

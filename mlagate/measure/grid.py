@@ -34,18 +34,26 @@ def estimated_cost(case: Case) -> float:
 
 def shard(cases, n_gpus: int) -> list:
     """Longest-processing-time-first by grid point: all implementations of a point to the
-    least-loaded GPU, so every vendor ratio divides two measurements of one GPU."""
+    least-loaded GPU, so every vendor ratio divides two measurements of one GPU. A function of
+    the set of points alone (a point's cost does not count its implementations, ties go by the
+    point): the same point lands on the same GPU in the record of every commit of a grid,
+    whatever implementations or budgets the commit has and in whatever order its cases come."""
     groups = {}
     for index, case in enumerate(cases):
         groups.setdefault(point(case), []).append(index)
     loads = [0.0] * n_gpus
     shards = [[] for _ in range(n_gpus)]
-    cost = {p: sum(estimated_cost(cases[i]) for i in members) for p, members in groups.items()}
-    for p in sorted(groups, key=lambda p: -cost[p]):
+    for p in sorted(groups, key=lambda p: (-point_cost(p), repr(p))):
         gpu = loads.index(min(loads))
         shards[gpu] += groups[p]
-        loads[gpu] += cost[p]
+        loads[gpu] += point_cost(p)
     return [sorted(s) for s in shards]
+
+
+def point_cost(p: tuple) -> float:
+    """Relative run time of a grid point (its implementations run each), for longest-first scheduling."""
+    batch, seqlen, _, heads, _ = p
+    return batch * seqlen * (heads / 128) + 5e5
 
 
 def worker_visible_env(parent_env: dict, index: int) -> dict:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from mlagate import gitops
 from mlagate.gitops import git, resolve
-from mlagate.measure import environment
+from mlagate.measure import asv_one_process, environment
 from mlagate.measure.asv_suite import CASES_ENV, DEADLINE_ENV, GPUS_ENV, SHARD_ENV
 from mlagate.measure.grid import parse_gpus
 from mlagate.measure.shards import parse_shard
@@ -137,9 +137,9 @@ def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, dead
     if out.returncode != 0:
         raise ValueError(f"asv machine --machine {machine} failed: {(out.stderr or out.stdout).strip()[-2000:]}")
     start = environment.environment(commit=commit)
-    # forkserver: asv imports the suite once and forks a process per case (asv_suite.preload).
-    cmd = [*asv, "run", "--python=same", "--set-commit-hash", commit, "--machine", machine, "--record-samples",
-           "--launch-method", "forkserver", "--show-stderr", "--config", str(conf_path)]
+    # asv's run command, every case in one process that imports the suite once (asv_one_process)
+    cmd = [sys.executable, asv_one_process.SCRIPT, "asv", "run", "--python=same", "--set-commit-hash", commit,
+           "--machine", machine, "--record-samples", "--show-stderr", "--config", str(conf_path)]
     if bench_regex:
         cmd += ["--bench", bench_regex]
     code, log = _stream(cmd, env, source, echo)
