@@ -1,9 +1,11 @@
-"""The images' pins: aiter's requirements at AITER_COMMIT, pyproject.toml and the Dockerfiles (CPU).
+"""The images' pins: the amd-aiter wheel (pyproject's aiter extra, its own requirements), pyproject.toml and the
+Dockerfiles (CPU).
 
 The first tests parse files only (no network). The last one feeds `.ci/resolve-images` a conflict that only
 pip's resolver can find, so it needs PyPI and skips, saying so, when PyPI cannot be reached.
 """
 
+import importlib.metadata
 import os
 import re
 import shutil
@@ -20,14 +22,12 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKER = ROOT / ".ci" / "resolve-images"
-AITER_REQUIREMENTS = ROOT / "docker" / "aiter-requirements.txt"
 ROCM, CUDA = ROOT / "Dockerfile.rocm", ROOT / "Dockerfile.cuda"
 PYPROJECT = ROOT / "pyproject.toml"
 # The images' interpreter (Python 3.12 on Linux x86_64), for environment markers.
 IMAGE_ENV = {"python_version": "3.12", "python_full_version": "3.12.0", "sys_platform": "linux",
              "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython",
              "platform_python_implementation": "CPython", "os_name": "posix", "extra": ""}
-HASH = re.compile(r"\b[0-9a-f]{40}\b")
 
 
 def checker(*args, root=ROOT):
@@ -37,58 +37,72 @@ def checker(*args, root=ROOT):
 
 def repo_copy(tmp_path):
     """The files the checker reads, copied to tmp_path, to be edited there."""
-    for name in ("Dockerfile.rocm", "Dockerfile.cuda", "pyproject.toml", "docker/aiter-requirements.txt"):
+    for name in ("Dockerfile.rocm", "Dockerfile.cuda", "pyproject.toml"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     return tmp_path
 
 
-def aiter_commits(dockerfile_text):
-    return re.findall(r"^ARG AITER_COMMIT=(\S+)\s*$", dockerfile_text, re.M)
+def aiter_versions(dockerfile_text):
+    return re.findall(r"^ARG AITER_VERSION=(\S+)\s*$", dockerfile_text, re.M)
 
 
-# --- (a) aiter's requirements file and AITER_COMMIT, no network ------------------------------------------
+def aiter_extra():
+    """The version pyproject's aiter extra pins amd-aiter to."""
+    (text,) = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]["aiter"]
+    req = Requirement(text)
+    assert canonicalize_name(req.name) == "amd-aiter" and len(req.specifier) == 1, text
+    (spec,) = req.specifier
+    assert spec.operator == "==", text
+    return spec.version
 
 
-def test_aiter_requirements_header_names_the_commit_dockerfile_rocm_builds():
-    commits = set(aiter_commits(ROCM.read_text()))
-    assert len(commits) == 1, f"Dockerfile.rocm sets AITER_COMMIT to more than one value: {commits}"
-    (commit,) = commits
-    assert HASH.fullmatch(commit), f"AITER_COMMIT must be a full commit hash, got {commit!r}"
-    header = AITER_REQUIREMENTS.read_text().splitlines()[0]
-    assert header.startswith("#") and HASH.findall(header) == [commit], header
+# --- (a) the image's aiter is pyproject's aiter extra, no network ----------------------------------------
 
 
-def test_dockerfile_rocm_installs_the_committed_copy_and_checks_it_against_the_clone():
-    text = ROCM.read_text()
-    assert "COPY docker/aiter-requirements.txt /tmp/aiter-requirements.txt" in text
-    installs = re.findall(r"pip install[^\n]*", text.replace("\\\n", " "))
-    assert not any(re.search(r"-r\s+(\S*/)?requirements\.txt", line) for line in installs), installs
-    # The aiter-src stage compares the copy with the clone's file at AITER_COMMIT.
-    assert "diff - aiter/requirements.txt" in text
+def test_dockerfile_rocm_installs_the_aiter_extra_and_names_its_version():
+    assert set(aiter_versions(ROCM.read_text())) == {aiter_extra()}
+    text = ROCM.read_text().replace("\\\n", " ")
+    installs = re.findall(r"pip install[^\n]*", text)
+    assert any(re.search(r"\"\.\[[\w,]*\baiter\b[\w,]*\]\"", line) for line in installs), installs
+    # no second aiter: not from source, not from a pin of its own
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    assert not re.search(r"git clone|setup\.py|amd-aiter==|AITER_COMMIT", code)
+    assert "AITER_JIT_DIR=/cache/aiter-jit/amd-aiter-${AITER_VERSION}-torch${TORCH_VERSION}" in text
 
 
 def test_checker_static_checks_pass_on_this_checkout():
     out = checker("--static-only")
     assert out.returncode == 0, out.stdout + out.stderr
+    assert f"AITER_VERSION = {aiter_extra()}" in out.stdout
 
 
-def test_checker_fails_when_aiter_commit_is_bumped_without_refreshing_the_file(tmp_path):
+def test_checker_fails_when_aiter_version_is_bumped_without_the_extra(tmp_path):
     root = repo_copy(tmp_path)
     dockerfile = root / "Dockerfile.rocm"
-    (old,) = set(aiter_commits(dockerfile.read_text()))
-    dockerfile.write_text(dockerfile.read_text().replace(old, "0123456789abcdef0123456789abcdef01234567"))
+    old = aiter_extra()
+    dockerfile.write_text(dockerfile.read_text().replace(f"AITER_VERSION={old}", "AITER_VERSION=0.1.12.post1"))
     out = checker("--static-only", root=root)
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "AITER_COMMIT" in out.stderr and "docker/aiter-requirements.txt" in out.stderr and old in out.stderr
+    assert "AITER_VERSION (0.1.12.post1 at Dockerfile.rocm:" in out.stderr and f"amd-aiter=={old}" in out.stderr
 
 
-def test_checker_fails_without_a_commit_in_the_header(tmp_path):
+def test_checker_fails_when_the_extra_is_bumped_without_aiter_version(tmp_path):
     root = repo_copy(tmp_path)
-    requirements = root / "docker" / "aiter-requirements.txt"
-    requirements.write_text("# aiter requirements\n" + "".join(requirements.read_text().splitlines(True)[1:]))
+    pyproject = root / "pyproject.toml"
+    old = aiter_extra()
+    pyproject.write_text(pyproject.read_text().replace(f'"amd-aiter=={old}"', '"amd-aiter==0.1.12.post1"'))
     out = checker("--static-only", root=root)
-    assert out.returncode == 1 and "first line" in out.stderr, out.stdout + out.stderr
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"AITER_VERSION ({old} at" in out.stderr and "amd-aiter==0.1.12.post1" in out.stderr
+
+
+def test_checker_fails_when_the_extra_pins_no_aiter(tmp_path):
+    root = repo_copy(tmp_path)
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(f'"amd-aiter=={aiter_extra()}"', '"amd-aiter>=0.1"'))
+    out = checker("--static-only", root=root)
+    assert out.returncode == 1 and "must pin amd-aiter==<version> once" in out.stderr, out.stdout + out.stderr
 
 
 # --- (b) one version per package across aiter, pyproject and the Dockerfiles, no network -----------------
@@ -107,9 +121,12 @@ def pins_of(requirements):
     return pins
 
 
-def aiter_pins():
-    lines = [line.split(" #")[0].strip() for line in AITER_REQUIREMENTS.read_text().splitlines()]
-    return pins_of([line for line in lines if line and not line.startswith("#")])
+def aiter_requires():
+    """The pinned amd-aiter wheel's own requirements (METADATA Requires-Dist) that apply to the images."""
+    installed = importlib.metadata.distribution("amd-aiter")
+    assert installed.version == aiter_extra(), "pip install -e '.[aiter]'"
+    reqs = [Requirement(text) for text in installed.requires or []]
+    return {canonicalize_name(r.name): r.specifier for r in reqs if r.marker is None or r.marker.evaluate(IMAGE_ENV)}
 
 
 def pyproject_pins():
@@ -124,23 +141,23 @@ def dockerfile_pins(path):
 
 
 def test_the_pin_parsers_see_the_pins():
-    assert {"pytest", "matplotlib", "pyyaml", "ninja", "flydsl"} <= aiter_pins().keys()
-    assert "pandas" in aiter_pins()  # the python_version >= "3.11" line, not the < "3.11" one
-    assert aiter_pins()["pandas"] != "2.3.3"
+    assert {"pybind11", "pandas", "einops", "psutil"} <= aiter_requires().keys()
     assert {"pytest", "matplotlib", "pyyaml", "tilelang"} <= pyproject_pins().keys()
-    assert {"ninja", "setuptools-scm"} <= dockerfile_pins(ROCM).keys()
+    assert {"ninja"} <= dockerfile_pins(ROCM).keys()
     assert {"sgl-flash-mla", "flashinfer-python"} <= dockerfile_pins(CUDA).keys()
 
 
-def test_aiter_pyproject_and_dockerfile_rocm_agree_on_every_package_they_both_pin():
-    aiter = aiter_pins()
-    others = {"pyproject.toml": pyproject_pins(), "Dockerfile.rocm": dockerfile_pins(ROCM)}
-    disagree = [f"{name}: aiter {aiter[name]}, {where} {pins[name]}"
-                for where, pins in others.items() for name in sorted(aiter.keys() & pins.keys())
-                if aiter[name] != pins[name]]
-    assert not disagree, "one version per package in the ROCm image: " + "; ".join(disagree)
-    assert {"pytest", "matplotlib", "pyyaml", "ninja"} <= aiter.keys() & (others["pyproject.toml"].keys()
-                                                                          | others["Dockerfile.rocm"].keys())
+def test_the_rocm_pins_satisfy_the_aiter_wheels_own_requirements():
+    requires = aiter_requires()
+    pins = {**pyproject_pins(), **dockerfile_pins(ROCM)}
+    refused = [f"{name}=={pins[name]}: amd-aiter requires {name}{requires[name]}"
+               for name in sorted(requires.keys() & pins.keys()) if not requires[name].contains(pins[name])]
+    assert not refused, refused
+
+
+def test_pyproject_and_dockerfile_rocm_agree_on_every_package_they_both_pin():
+    project, rocm = pyproject_pins(), dockerfile_pins(ROCM)
+    assert all(project[n] == rocm[n] for n in project.keys() & rocm.keys())
 
 
 def test_pyproject_and_dockerfile_cuda_agree():
@@ -148,13 +165,24 @@ def test_pyproject_and_dockerfile_cuda_agree():
     assert all(project[n] == cuda[n] for n in project.keys() & cuda.keys())
 
 
+def test_checker_names_a_pin_the_aiter_wheel_refuses(tmp_path):
+    root = repo_copy(tmp_path)
+    dockerfile = root / "Dockerfile.rocm"
+    dockerfile.write_text(dockerfile.read_text().replace("ninja==1.13.0", "ninja==1.13.0 pybind11==2.13.6"))
+    out = checker("--static-only", root=root)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"amd-aiter=={aiter_extra()}'s own requirements refuse" in out.stderr, out.stderr
+    assert "pybind11==2.13.6 (Dockerfile.rocm:" in out.stderr and "requires pybind11>=3.0.1" in out.stderr, out.stderr
+
+
 def test_checker_names_a_package_pinned_to_two_versions(tmp_path):
     root = repo_copy(tmp_path)
     dockerfile = root / "Dockerfile.rocm"
-    dockerfile.write_text(dockerfile.read_text().replace("ninja==1.13.0", "ninja==1.13.2"))
+    dockerfile.write_text(dockerfile.read_text().replace("ninja==1.13.0", "ninja==1.13.0 pytest==9.0.2"))
     out = checker("--static-only", root=root)
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "ninja==1.13.2" in out.stderr and "ninja==1.13.0" in out.stderr, out.stderr
+    assert "pytest==9.0.2  (Dockerfile.rocm:" in out.stderr and "pytest==9.0.3  (pyproject.toml" in out.stderr, \
+        out.stderr
 
 
 # --- (c) pip's resolver finds what the pins alone do not (needs PyPI) ------------------------------------

@@ -1,16 +1,20 @@
 """A rehearsal of the MI300X run on a CPU: the compose `bench` service's command, as compose passes it,
 through platform detection (gfx942), config and vendor choice, record (asv) and gate, to a verdict.
 
-The stand-ins (tests/rehearsal/sitecustomize.py) are an MI300X as torch reports one, aiter enforcing
-its real `mla_decode_fwd` contract at the image's AITER_COMMIT, and H200 samples for GPU time. The run
-happens in a clone of this repository with two commits on top: the grid shrunk to CPU size (the base),
-then a comment-only change (the head). No number here is an MI300X measurement.
+aiter is the real one: the pinned amd-aiter wheel the image installs (pyproject's aiter extra), its Python
+run as it is (``mla_decode_fwd``, ``get_meta_param``, its JIT loader and argument check). What stands in
+(tests/rehearsal/sitecustomize.py says each): an MI300X as torch and ROCm's tools report one, aiter's two
+JIT-built modules and Triton's launch of its stage-2 kernel (the device code), TileLang's compiled kernel
+(the reference behind the real gfx942 plan), and H200 samples for GPU time. The run happens in a clone of
+this repository with two commits on top: the grid shrunk to CPU size (the base), then a comment-only change
+(the head). No number here is an MI300X measurement.
 """
 
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +25,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 REHEARSAL = Path(__file__).resolve().parent / "rehearsal"
 DOCKERFILE = ROOT / "Dockerfile.rocm"
+
+# aiter has a bf16 decode kernel for 16 and 128 heads on gfx942, none for 64 (tests/test_aiter_contract.py)
+HEADS = [16, 64, 128]
+VENDOR_HEADS = (16, 128)
 
 pytestmark = pytest.mark.slow  # a whole gate through asv in subprocesses, twice: ~45 s on a CPU
 
@@ -44,7 +52,7 @@ def shrink_to_cpu(perf_yml: Path, rocm_dtypes=None):
     """CPU-sized grid and warm-up; every other key as committed."""
     data = yaml.safe_load(perf_yml.read_text())
     for name in ("quick", "full"):
-        data["grid"][name] = {"batch": [64], "seqlen": [64], "heads": [16, 64]}
+        data["grid"][name] = {"batch": [64], "seqlen": [64], "heads": HEADS}
     data["timing"]["warmup_ms"] = 10
     if rocm_dtypes:
         data["platforms"]["rocm"]["dtypes"] = rocm_dtypes
@@ -63,8 +71,15 @@ def rehearse(tmp_path, fresh_clone, rocm_dtypes=None, head_is_base=False):
     settings = {"MLAGATE_BASE": base, "MLAGATE_RESULTS": str(results)}
     argv, service_env = compose_bench({**settings, "MLAGATE_HEAD": base} if head_is_base else settings)
     assert argv[:2] == ["mlagate", "gate"] and "--record-missing" in argv and "--machine" in argv
+    # aiter imports its JIT-built modules from AITER_JIT_DIR (the image's aiter-jit volume): the stand-ins
+    jit = tmp_path / "aiter-jit"
+    jit.mkdir()
+    for module in (REHEARSAL / "aiter_jit").glob("module_*.py"):
+        shutil.copy(module, jit)
+    rocm = REHEARSAL / "rocm"
     env = {**os.environ, **service_env, "HIP_VISIBLE_DEVICES": "0", "MLAGATE_REHEARSAL": "1",
-           "PYTHONPATH": os.pathsep.join([str(REHEARSAL), str(repo)])}
+           "PYTHONPATH": os.pathsep.join([str(REHEARSAL), str(repo)]), "AITER_JIT_DIR": str(jit),
+           "ROCM_PATH": str(rocm), "PATH": os.pathsep.join([str(rocm / "bin"), os.environ["PATH"]])}
     env.pop("GITHUB_ACTIONS", None)
     out = subprocess.run([sys.executable, "-m", "mlagate.cli", *argv[1:]], cwd=repo, env=env,
                          capture_output=True, text=True, timeout=1500)
@@ -84,12 +99,12 @@ def test_the_bench_service_yields_a_verdict_on_an_mi300x(rehearsal):
     cases = {tuple(c["case"]): c for c in verdict["cases"] if c["status"] != "skipped"}
     # gfx942 -> the cdna3 config is the gated one, measured in bfloat16 (aiter takes no fp16);
     # the hopper and seesaw configs, gated on CUDA, are skipped here (they need sm_90)
-    assert set(cases) == {("tilelang-cdna3", 64, 64, "bfloat16", h, "dense") for h in (16, 64)}
+    assert set(cases) == {("tilelang-cdna3", 64, 64, "bfloat16", h, "dense") for h in HEADS}
     assert {c["case"][0] for c in verdict["cases"] if c["status"] == "skipped"} == {"tilelang-hopper",
                                                                                      "tilelang-seesaw"}
     for (_, _, _, _, heads, _), c in cases.items():
         assert c["status"] == "pass", c
-        if heads == 16:  # aiter has a 16-head bf16 decode kernel on gfx942: the ratio exists
+        if heads in VENDOR_HEADS:  # aiter has a bf16 decode kernel for these on gfx942: the ratio exists
             assert 0.7 < c["vendor_ratio"] < 0.9
         else:  # and none for 64 heads: declared in perf.yml, said in the report, latency still gated
             assert c["vendor_ratio"] is None and c["change"] is not None
@@ -106,7 +121,8 @@ def test_the_rehearsal_recorded_both_commits_through_asv_with_aiter(rehearsal):
     head = store.load("mi300x", git(repo, "rev-parse", "HEAD"))
     assert store.load("mi300x", base) is not None and head is not None
     time = head.entries(BENCH_TIME)
-    assert time[("aiter", 64, 64, "bfloat16", 16, "dense")].status == "ok"  # the stand-in took every argument
+    for heads in VENDOR_HEADS:  # the real aiter frontend ran, down to the stand-ins of its device code
+        assert time[("aiter", 64, 64, "bfloat16", heads, "dense")].status == "ok"
     assert time[("aiter", 64, 64, "bfloat16", 64, "dense")].status == "skipped"  # no 64-head kernel: not run
     assert time[("tilelang-hopper", 64, 64, "bfloat16", 16, "dense")].status == "skipped"  # needs sm_90
     assert time[("flash_mla", 64, 64, "bfloat16", 16, "dense")].status == "skipped"
@@ -116,9 +132,10 @@ def test_the_rehearsal_recorded_both_commits_through_asv_with_aiter(rehearsal):
     # the vendor kernel, from the installed amd-aiter's own dispatch and code object (aiter_dispatch)
     aiter = env["start"]["vendors"]["aiter"]
     assert aiter["version"] == "0.1.7.post2.dev18" and aiter["arch"] == "gfx942"
-    row = aiter["kernels"]["bfloat16/16"]
-    assert row["code_object"] == "mla/mla_dec_stage1_bf16_a16w16_subQ16_mqa16.co"
-    assert (row["vgpr_count"], row["lds_bytes"]) == (512, 65536)
+    for heads in VENDOR_HEADS:
+        row = aiter["kernels"][f"bfloat16/{heads}"]
+        assert row["code_object"] == f"mla/mla_dec_stage1_bf16_a16w16_subQ{heads}_mqa{heads}.co"
+        assert (row["vgpr_count"], row["lds_bytes"]) == (512, 65536)
     assert aiter["kernels"]["bfloat16/64"]["kernel"] is None
 
 
@@ -128,5 +145,5 @@ def test_an_fp16_grid_on_rocm_fails_closed_naming_each_case(tmp_path, fresh_clon
     assert out.returncode == 2, out.stdout[-4000:] + out.stderr[-2000:]
     verdict = json.loads((repo / "out" / "gate" / "verdict.json").read_text())
     errors = [c for c in verdict["cases"] if c["status"] == "error"]
-    assert {tuple(c["case"])[4] for c in errors} == {16}
+    assert {tuple(c["case"])[4] for c in errors} == set(VENDOR_HEADS)
     assert all("no vendor ratio in the head results: aiter" in c["reasons"][0] for c in errors)

@@ -9,12 +9,17 @@ MLAGATE_REHEARSAL set. What stands in, and nothing more:
 - tensors live on the CPU (``environment.device``, and ``mla_decode.check_device`` accepts it);
 - TileLang's compiled kernel is the float32 reference behind the real ``plan`` for gfx942, because a
   CPU cannot run HIP code (`mlagate build` lowers the real kernels for gfx942 on a CPU);
-- aiter is the contract-enforcing stand-in next to this file (tests/rehearsal/aiter);
+- aiter is the installed amd-aiter, its real Python (``mla_decode_fwd``, ``get_meta_param``, the JIT
+  loader and its argument check); below it stand in only what needs ROCm or a GPU: ``hipconfig`` and
+  ``rocminfo`` (rocm/bin, on PATH: an MI300X, gfx942, 304 CUs), the two modules aiter JIT-builds
+  (aiter_jit/, copied into AITER_JIT_DIR, where aiter imports them from), and Triton's launch of aiter's
+  stage-2 kernel (triton_stub.py, present only while aiter imports); torch's ``device="cuda"`` is the CPU;
 - GPU timing returns samples recorded on an H200 (tests/fixtures/h200/bench_full_fp16_2026-11-29.json):
   the TileLang stand-in gets tilelang-hopper's, aiter FlashMLA's, torch its own, at the same batch
   and seqlen 4096. They exercise the record and the gate; they are no MI300X measurement.
 """
 
+import functools
 import importlib.abc
 import importlib.machinery
 import json
@@ -46,6 +51,48 @@ def patch_torch(torch):
     cuda.get_device_name = lambda device=None: MI300X.name
     cuda.synchronize = lambda device=None: None
     cuda.empty_cache = lambda: None
+    for name in FACTORIES:  # aiter allocates some of its tensors on device="cuda" (get_meta_param)
+        setattr(torch, name, on_the_cpu(getattr(torch, name)))
+
+
+FACTORIES = ("arange", "empty", "zeros", "ones", "full", "tensor", "randn", "rand")
+
+
+def on_the_cpu(factory):
+    @functools.wraps(factory)
+    def make(*args, device=None, **kwargs):
+        if device is not None and str(device).startswith("cuda"):
+            device = "cpu"
+        return factory(*args, device=device, **kwargs)
+
+    return make
+
+
+def assert_the_wheel(aiter):
+    """The aiter that imported is the installed amd-aiter wheel's, never one of this folder."""
+    import importlib.metadata
+
+    wheel = Path(importlib.metadata.distribution("amd-aiter").locate_file("aiter")).resolve()
+    assert Path(aiter.__file__).resolve().parent == wheel, f"rehearsal: aiter from {aiter.__file__}, not {wheel}"
+
+
+def patch_aiter_import(run):
+    """aiter's modules import triton, which a CPU torch lacks: the stub, only while aiter imports. torch's own
+    Triton checks (torch._dynamo and what it loads) run first and see no Triton."""
+    import torch._dynamo  # noqa: F401
+
+    sys.path.insert(0, str(HERE))
+    import triton_stub
+
+    sys.path.remove(str(HERE))
+    stubs = triton_stub.modules()
+    assert not set(stubs) & set(sys.modules), "rehearsal: a real triton is loaded"
+    sys.modules.update(stubs)
+    try:
+        run()
+    finally:
+        for name in stubs:
+            sys.modules.pop(name, None)
 
 
 def patch_environment(environment):
@@ -102,7 +149,7 @@ def patch_impls(impls):
 
 PATCHES = {"torch": patch_torch, "mlagate.measure.timer": patch_timer,
            "mlagate.measure.environment": patch_environment,
-           "mlagate.kernels.mla_decode": patch_kernels, "mlagate.measure.impls": patch_impls}
+           "mlagate.kernels.mla_decode": patch_kernels, "mlagate.measure.impls": patch_impls, "aiter": None}
 
 
 class PatchAfterImport(importlib.abc.MetaPathFinder):
@@ -117,6 +164,9 @@ class PatchAfterImport(importlib.abc.MetaPathFinder):
         run = spec.loader.exec_module
 
         def exec_module(module):
+            if name == "aiter":
+                patch_aiter_import(lambda: run(module))
+                return assert_the_wheel(module)
             run(module)
             PATCHES[name](module)
 
