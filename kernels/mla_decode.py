@@ -100,6 +100,17 @@ class TileConfig:
                     raise ValueError(f"config {self.name}: the seesaw schedule takes {name}={value}, "
                                      f"got {getattr(self, name)!r}")
 
+    def refuses_heads(self, heads: int) -> str | None:
+        """Why this config cannot run ``heads`` query heads, or None. The pipelined schedule's head block
+        (block_H, or all heads where there are fewer) is the M of its score GEMM: whole 16-row MMA/MFMA
+        tiles, or TileLang stops while lowering ("M must be divisible by 16"). The seesaw pads its 64-row
+        tile, so it runs TP16's 8 heads."""
+        block_H = min(self.block_H, heads)
+        if self.schedule == "pipelined" and block_H % ROWS_PER_WARP:
+            return (f"config {self.name}: {heads} heads make a head block of {block_H} rows; the pipelined "
+                    f"schedule needs a multiple of {ROWS_PER_WARP} (one MMA row tile)")
+        return None
+
     def runs_on(self, arch: str) -> bool:
         """Whether TileLang can build it for ``arch`` (the seesaw schedule needs Hopper's wgmma and TMA); whether a
         GPU has the shared memory it asks is the launch's business (impls, the build report)."""
@@ -197,6 +208,9 @@ def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = Non
         raise ValueError(f"config {config.name}: the seesaw schedule is built for dim 512 + pe_dim 64 (DeepSeek's), "
                          f"got {shape.dim} + {shape.pe_dim}")
     config = kernel_config(shape, config)
+    refused = config.refuses_heads(shape.heads)
+    if refused:
+        raise ValueError(refused)
     block_H = min(config.block_H, shape.heads)
     if shape.heads % block_H:
         raise ValueError(f"heads ({shape.heads}) must be a multiple of the head block "

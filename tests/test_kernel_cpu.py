@@ -124,6 +124,27 @@ def test_plan_fits_splits_to_the_sequence(seqlen, num_split, want_split, want_le
     assert (p.num_split - 1) * p.split_len < seqlen <= p.num_split * p.split_len
 
 
+@pytest.mark.parametrize("config,arch", [("HOPPER", "sm_90"), ("CDNA3", "gfx942")])
+def test_a_head_block_short_of_one_mma_tile_is_refused_before_lowering(config, arch):
+    """TP16's 8 heads: the pipelined schedule's score GEMM would get M = 8, which TileLang refuses while
+    lowering ("M must be divisible by 16", seen on the H200 and on a CPU); plan names the rule first."""
+    cfg = getattr(m, config)
+    with pytest.raises(ValueError, match=rf"config {cfg.name}: 8 heads make a head block of 8 rows; the pipelined "
+                                         r"schedule needs a multiple of 16"):
+        m.plan(m.Shape(batch=2, seqlen=4096, heads=8), cfg, arch)
+    assert cfg.refuses_heads(16) is None and cfg.refuses_heads(24)  # 24 < block_H 64: a block of 24 rows
+    assert m.SEESAW.refuses_heads(8) is None  # its 64-row tile is padded
+    assert m.plan(m.Shape(batch=2, seqlen=4096, heads=8), m.SEESAW, "sm_90").block_H == 8
+    # a seesaw cache of one tile runs the hopper config, which refuses 8 heads
+    short = m.Shape(batch=2, seqlen=64, heads=8)
+    assert m.kernel_config(short, m.SEESAW).refuses_heads(8)
+
+
+@pytest.mark.slow
+def test_the_seesaw_lowers_at_8_heads():
+    assert "main" in m.lower(m.Shape(batch=2, seqlen=4096, heads=8), m.SEESAW, "sm_90")
+
+
 def test_heads_must_fill_head_blocks():
     with pytest.raises(ValueError, match=r"heads \(96\) must be a multiple of the head block"):
         m.plan(m.Shape(batch=1, seqlen=64, heads=96), m.CDNA3, "gfx942")
