@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mlagate import gitops
 from mlagate.config import Config
-from mlagate.decide import build_rules, verdict
+from mlagate.decide import acceptance, build_rules, verdict
 from mlagate.decide.vocabulary import Kind, Note
 from mlagate.gitops import GitError, git, resolve
 from mlagate.report import comparison
@@ -45,10 +45,69 @@ def commit_of(rev: str) -> str:
         raise
 
 
+def read_acceptances(commit: str, side: str, notes: list) -> str | None:
+    """perf-accept.yml as committed in ``commit`` (never the working tree), or None where it has none. A
+    commit this clone lacks (results gated by hash) has no readable file: a note says so."""
+    try:
+        git("cat-file", "-e", f"{commit}^{{commit}}")
+    except GitError:
+        notes.append(Note(Kind.ACCEPT_UNREAD, f"{side} {commit[:8]} is not in this clone: its "
+                          f"{acceptance.FILE} was not read, so no accepted change applies"))
+        return None
+    if not git("ls-tree", "--name-only", commit, "--", acceptance.FILE):
+        return None
+    return git("show", f"{commit}:{acceptance.FILE}", strip=False)
+
+
+def acceptances(base: str, head: str, texts=None, notes=None) -> tuple:
+    """(trusted entries, proposed entries, the commits an entry may name): the base's perf-accept.yml
+    accepts; the head's entries the base lacks are only proposed. perf-pr.yml gates the pull request merged
+    onto base, so an entry names the PR's head: a merge's parents other than base count as head too.
+    ``texts``: (base's file, head's file) as text, instead of reading them from git."""
+    notes = [] if notes is None else notes
+    if texts is None:
+        texts = (read_acceptances(base, "base", notes), read_acceptances(head, "head", notes))
+    try:
+        trusted = acceptance.parse(texts[0], f"{acceptance.FILE} of base {base[:8]}")
+        proposed = [e for e in acceptance.parse(texts[1], f"{acceptance.FILE} of head {head[:8]}")
+                    if e not in trusted]
+    except acceptance.AcceptanceError as e:
+        raise GateError(str(e)) from None
+    try:
+        parents = git("rev-list", "--parents", "-n", "1", head).split()[1:]
+    except GitError:
+        parents = []
+    return trusted, proposed, {head, *(p for p in parents if p != base)}
+
+
+def change_marks(history: list, entries) -> list:
+    """(entry, main commit) per accepted change on main's history: the first recorded commit that holds
+    the entry's commit, where the distribution changed on purpose (verdict.since_mark)."""
+    marks = []
+    for entry in entries:
+        for r in history:
+            if _is_ancestor(entry.commit, r.commit):
+                marks.append((entry, r.commit))
+                break
+    return marks
+
+
+def _is_ancestor(older: str, newer: str) -> bool:
+    try:  # exit 1: not an ancestor; any other failure (a commit this clone lacks) marks nothing either
+        git("merge-base", "--is-ancestor", older, newer)
+        return True
+    except GitError:
+        return False
+
+
 def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_dir: Path, machine=None,
-             platform=None, confirm=False, record_missing=False, grid="full", echo=print) -> GateOutput:
+             platform=None, confirm=False, record_missing=False, grid="full", echo=print,
+             accept_texts=None) -> GateOutput:
+    """``accept_texts``: (base's, head's) perf-accept.yml as text, where the commits are not in this clone."""
     store = Store(results)
     base_commit, head_commit = commit_of(base_rev), commit_of(head_rev)
+    accept_notes = []
+    trusted, proposed, head_commits = acceptances(base_commit, head_commit, accept_texts, accept_notes)
     machine = pick_machine(store, machine)
     sides = (("base", base_commit), ("head", head_commit))
     for name, commit in sides:  # both, and head's env sidecar, before --record-missing writes anything
@@ -61,7 +120,8 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     platform, arch = head_platform(store, machine, head_commit, platform, cfg)
     history = [r for r in main_history(store, machine, base_commit, cfg.gate.drift_lookback)
                if r.commit != head_commit]
-    decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history)
+    marks = change_marks(history, trusted)
+    decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history, marks=marks)
     flagged = decided.flagged()
     if confirm and flagged:
         from mlagate.measure import interleaved
@@ -71,13 +131,15 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
         confirmations = interleaved.interleaved(cases, gitops.REPO, base_commit, head_commit, cfg.timing,
                                                 cfg.gate.confirm_rounds)
         decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history,
-                                   confirmations=confirmations)
+                                   confirmations=confirmations, marks=marks)
     elif flagged:
         decided.warnings.append(Note(Kind.UNCONFIRMED, "flagged cases were not re-measured interleaved (run the "
                                      "gate with --confirm on the GPU host to rule out run-to-run noise)"))
     decided.warnings += runner_notes(store, machine, sides)
     findings, builds = build_findings(store, machine, base_commit, head_commit, cfg, decided.warnings)
     verdict.add_build_findings(decided, findings)
+    acceptance.apply(decided, trusted, proposed, head_commits)
+    decided.warnings += accept_notes
     sides = comparison.Sides(machine, loaded["base"], loaded["head"],
                              *(store.read_sidecar(machine, c, "env") for c in (base_commit, head_commit)), builds)
     decided.warnings += [Note(Kind.UNREADABLE_RESULTS, f"skipped unreadable results: {p}")

@@ -536,3 +536,18 @@ def test_no_comment_for_another_commit_a_bad_number_or_no_verdict(workflows, tmp
     assert comment(workflows, tmp_path / "b", artifact_zip(verdict, pr_number=b"12; rm -rf /\n"))[1] is None
     assert comment(workflows, tmp_path / "c", artifact_zip(b"")) == (0, None)
     assert comment(workflows, tmp_path / "d", artifact_zip(b"[not json"))[0] == 1
+
+
+def test_the_comment_names_accepted_cases_from_checked_acceptance_fields(workflows, tmp_path):
+    accepted = {"case": ["tilelang-seesaw", 64, 4096, "float16", 16, "dense"], "status": "accepted",
+                "change": 0.072, "acceptance": {"commit": "91da13fe9c", "pr": 7, "max_change": 0.12,
+                                                "who": "a-maintainer", "why": "[x](https://evil.example)"}}
+    hostile = {"case": ["tilelang-seesaw", 128, 4096, "float16", 16, "dense"], "status": "accepted",
+               "acceptance": {"commit": "[x](y)", "pr": "@everyone", "max_change": "fake", "who": "@org/team"}}
+    rc, body = comment(workflows, tmp_path, artifact_zip(json.dumps(
+        {**HOSTILE_VERDICT, "cases": [accepted, hostile]}).encode()))
+    assert rc == 0 and markdown_of_the_pr(body) == []
+    assert "| `tilelang-seesaw h=16 b=64 s=4096 float16 dense` | accepted |" in body
+    assert ("- `tilelang-seesaw h=16 b=64 s=4096 float16 dense`: at most +12%, PR #7, accepted by `a-maintainer` "
+            "for `91da13fe9c`") in body
+    assert "at most –, PR #?, accepted by `?` for `?`" in body

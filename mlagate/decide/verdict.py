@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from mlagate.case import case_label
 from mlagate.config import Config, Platform
-from mlagate.decide import stats
+from mlagate.decide import acceptance, stats
 from mlagate.decide.vocabulary import EXIT_CODE, Kind, Note, Outcome, Status
 from mlagate.measure.summary import median
 from mlagate.store.results import CommitResults
@@ -44,6 +44,7 @@ class CaseVerdict:
     below_floor: bool = False  # vendor ratio under the floor in head's own run: fails outright
     ratio_dropped: bool = False  # vendor ratio fell more than max_drop below base's
     confirmation: dict | None = None  # {"change", "p_value", "agrees", "samples"}
+    acceptance: dict | None = None  # the perf-accept.yml entry that names this case, and its source
 
     def __post_init__(self):
         self.status = Status(self.status)
@@ -166,10 +167,10 @@ def recent_medians(history, case: tuple) -> list:
     return [(median(e.samples), commit) for e, commit in entries if e is not None and e.status == "ok" and e.samples]
 
 
-def _drift(cv: CaseVerdict, history, cfg: Config):
-    """Warn when head is slower than the best recent main-branch median."""
+def _drift(cv: CaseVerdict, history, cfg: Config, marks=()):
+    """Warn when head is slower than the best recent main-branch median (since the last accepted change)."""
     g = cfg.gate
-    medians = recent_medians(history[-g.drift_lookback:], cv.case)
+    medians = recent_medians(acceptance.since_mark(history, cv.label, marks)[-g.drift_lookback:], cv.case)
     if len(medians) < 2:
         return
     best = min(medians)[0]
@@ -194,10 +195,11 @@ def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config, rule):
 
 
 def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: str, *, history=(),
-             confirmations=None) -> Verdict:
+             confirmations=None, marks=()) -> Verdict:
     """Compare head with base for every gated case.
 
-    ``history``: earlier main-branch results, oldest first, for the drift warning.
+    ``history``: earlier main-branch results, oldest first, for the drift warning; ``marks``: the accepted
+    changes on it (acceptance.since_mark).
     ``confirmations``: {case: (base_samples, head_samples)} from an interleaved
     re-measure; a flagged case without one fails (the report says so).
     """
@@ -227,7 +229,7 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
         else:
             _latency(cv, b, h, cfg)
             if cv.status != Status.ERROR:
-                _drift(cv, history, cfg)
+                _drift(cv, history, cfg, marks)
         if key[0] == tilelang and cv.status in (Status.PASS, Status.NO_BASELINE):
             _ratio(cv, ok_value(base.entries(BENCH_RATIO).get(key)), ok_value(head.entries(BENCH_RATIO).get(key)),
                    rule, cfg.platform(platform))
@@ -265,3 +267,4 @@ def add_build_findings(verdict: Verdict, findings) -> Verdict:
     if verdict.outcome == Outcome.PASS and any(f.failed for f in findings):
         verdict.outcome = Outcome.REGRESSION
     return verdict
+

@@ -15,6 +15,7 @@ class Status(enum.StrEnum):
     NO_BASELINE = "no_baseline"  # new in head (or base's result failed): only the vendor rules judge it
     REMOVED = "removed"  # in base, not in head
     SKIPPED = "skipped"  # skipped in head, and base has no result to compare
+    ACCEPTED = "accepted"  # a regression within the base's perf-accept.yml entry for this commit
 
 
 class Outcome(enum.StrEnum):
@@ -43,6 +44,7 @@ class Kind(enum.StrEnum):
     SKIPPED_IN_HEAD = "skipped_in_head"
     BAD_REMEASURE = "bad_remeasure"
     NO_GATED_CASES = "no_gated_cases"  # a verdict error
+    NOT_ACCEPTED = "not_accepted"  # an acceptance names the case but does not cover it (too narrow, or PR-only)
     # warnings: reported, never a failure by themselves
     NO_VENDOR_KERNEL = "no_vendor_kernel"  # gated on latency alone
     KNOWN_GAP = "known_gap"  # below the floor, as base already was
@@ -52,12 +54,14 @@ class Kind(enum.StrEnum):
     UNDER_THRESHOLD = "under_threshold"  # past the screen, under the threshold, not re-measured
     REMOVED = "removed"
     NO_BASE = "no_base"  # a new case, or base's result is not ok
+    ACCEPTED = "accepted"  # the base's perf-accept.yml accepts this regression
     # verdict warnings, added by the gate pipeline
     UNCONFIRMED = "unconfirmed"  # cases were flagged and the gate ran without --confirm
     NO_BUILD_REPORT = "no_build_report"  # base has a build report, head has none
     UNREADABLE_RESULTS = "unreadable_results"  # of commits other than base and head
     UNLOCKED_CLOCKS = "unlocked_clocks"  # a side's GPU clocks were not locked (or not read) while it was recorded
     GPU_OUTLIER = "gpu_outlier"  # a side was recorded on GPUs that did not read alike
+    ACCEPT_UNREAD = "accept_unread"  # a side's perf-accept.yml could not be read (its commit is not in the clone)
 
 
 @dataclass(frozen=True)

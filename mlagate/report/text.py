@@ -2,7 +2,7 @@
 
 from dataclasses import fields, is_dataclass
 
-from mlagate.decide.vocabulary import Note, Outcome, Status
+from mlagate.decide.vocabulary import Kind, Note, Outcome, Status
 from mlagate.measure.clocks import locked_from_clocks
 from mlagate.report.build_report import FINDING_ICON
 
@@ -38,7 +38,8 @@ def bench_table(results, *, vendor: str | None = None):
 # -- the gate ------------------------------------------------------------------
 
 ICON = {Status.PASS: "✅ pass", Status.REGRESSION: "❌ regression", Status.ERROR: "⛔ error",
-        Status.NO_BASELINE: "🆕 no baseline", Status.REMOVED: "➖ removed", Status.SKIPPED: "⏭ skipped"}
+        Status.NO_BASELINE: "🆕 no baseline", Status.REMOVED: "➖ removed", Status.SKIPPED: "⏭ skipped",
+        Status.ACCEPTED: "☑️ accepted"}
 TITLE = {Outcome.PASS: "✅ MLA decode perf gate: pass", Outcome.REGRESSION: "❌ MLA decode perf gate: regression",
          Outcome.ERROR: "⛔ MLA decode perf gate: error (fails closed)"}
 FAILING = (Status.REGRESSION, Status.ERROR)
@@ -74,6 +75,11 @@ def gate_markdown(verdict, *, plot: str | None = None, vendor: str = "vendor", p
                 lines.append(f"  - confirmed by interleaved re-measure: {c.confirmation['change']:+.1%} "
                              f"(p = {c.confirmation['p_value']:.1e}, {c.confirmation['samples'][0]}+"
                              f"{c.confirmation['samples'][1]} samples)")
+    accepted = [c for c in verdict.cases if c.status == Status.ACCEPTED]
+    if accepted:
+        lines += ["", "### Accepted changes (the base's perf-accept.yml)", ""]
+        lines += [f"- **{c.label}**: {next(w.text for w in c.warnings if w.kind == Kind.ACCEPTED)}"
+                  for c in accepted]
     lines += ["", f"| case | base µs | head µs | change | p (slower) | TFLOPs ratio vs {vendor} | verdict |",
               "|---|---:|---:|---:|---:|---:|---|"]
     for c in verdict.cases:
