@@ -242,6 +242,24 @@ def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config
     return found, builds
 
 
+def changed_files(base: str, head: str) -> list | None:
+    """The files head changes against base (for perf-pr.yml's merge commit: the PR's), or None where this
+    clone lacks either commit."""
+    try:
+        return git("diff", "--name-only", "--no-renames", base, head).splitlines()
+    except GitError:
+        return None
+
+
+def review_inputs(verdict, cfg: Config, machine: str, arch: str | None):
+    from mlagate.report.review import Review
+
+    quick = {c.key for c in cfg.cases("quick", cfg.gate.gated, verdict.platform)}
+    return Review(changed=changed_files(verdict.base, verdict.head), arch=arch, machine=machine,
+                  grids={c.case: "quick" if c.case in quick else "full" for c in verdict.cases},
+                  vendor=cfg.platform(verdict.platform).vendor)
+
+
 def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) -> GateOutput:
     from mlagate.report.plots import tflops_png
     from mlagate.report.site import commit_rows
@@ -252,11 +270,13 @@ def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) 
     if plot:
         tflops_png(plot, cfg, rows, arch)
     page = comparison.write_page(out_dir, verdict, sides, cfg)
+    review = review_inputs(verdict, cfg, sides.machine, arch)
     markdown = report.gate_markdown(verdict, plot="tflops.png" if plot else None,
-                                    vendor=cfg.platform(verdict.platform).vendor, page=page.name)
+                                    vendor=cfg.platform(verdict.platform).vendor, page=page.name,
+                                    review=review)
     files = {"markdown": out_dir / "gate.md", "json": out_dir / "verdict.json", "comparison": page}
     files["markdown"].write_text(markdown)
-    files["json"].write_text(json.dumps(report.verdict_dict(verdict), indent=1, default=str))
+    files["json"].write_text(json.dumps(report.verdict_dict(verdict, review), indent=1, default=str))
     if plot:
         files["plot"] = Path(plot)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")

@@ -42,6 +42,24 @@ def test_the_demo_gates_the_recorded_pair_and_writes_both_pages(demo_out, capsys
     assert "comparison.html" in (demo_out / "gate" / "gate.md").read_text()
 
 
+def test_the_demo_gate_md_reads_in_ten_seconds(demo_out):
+    """One summary line, the file the failing cases depend on, a reproduce command per failing case, every
+    case folded, and no image a job summary cannot load."""
+    md = (demo_out / "gate" / "gate.md").read_text()
+    assert md.splitlines()[2] == ("**2 of 18 gated cases regressed (+7.2% to +11.2%); worst "
+                                  "`tilelang-seesaw h=16 b=128 s=4096 float16` +11.2%.**")
+    changed = md.split("### Changed files the failing cases depend on")[1].split("###")[0]
+    assert changed.strip() == "- `kernels/mla_decode.py`: 2 of the 2 failing cases"
+    reproduce = md.split("### Reproduce on a GPU host")[1].split("<details>")[0]
+    for b in (64, 128):
+        assert f"tilelang-seesaw h=16 b={b} s=4096 float16" in reproduce
+    assert (f"git checkout {demo.HEAD[:12]} && mlagate bench --grid quick --impl tilelang-seesaw --impl flash_mla "
+            "--dtype float16") in reproduce
+    assert f"mlagate gate --base {demo.BASE} --head {demo.HEAD} --machine h200 --confirm" in reproduce
+    assert "<details><summary>All 18 cases</summary>" in md
+    assert "![" not in md and "tflops.png" in md  # named as a file of the artifact, never a relative image
+
+
 def test_the_demo_verdict_fails_the_injected_change_and_its_numbers_agree(demo_out):
     """The head forces 4 KV splits in the seesaw (demo/README.md): exactly its dense cases fail, each on a
     latency rise and a vendor-ratio drop that the recorded TFLOPs bear out (ratio = TFLOPs over FlashMLA's)."""
