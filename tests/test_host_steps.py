@@ -572,3 +572,9 @@ def test_the_comment_of_the_demo_pair_says_what_to_read_in_ten_seconds(workflows
             "--dtype float16") in body
     assert (f"mlagate gate --base {demo.BASE[:12]} --head {demo.HEAD[:12]} --machine h200 --confirm "
             "--record-missing") in body
+
+
+def test_the_comment_names_a_workload_case_by_its_workload(workflows, tmp_path):
+    ragged = {"case": ["tilelang-hopper", 64, 4096, "float16", 16, "ragged-4k@0139e575"], "status": "regression"}
+    rc, body = comment(workflows, tmp_path, artifact_zip(json.dumps({**HOSTILE_VERDICT, "cases": [ragged]}).encode()))
+    assert rc == 0 and "| `tilelang-hopper h=16 b=64 s=4096 float16 ragged-4k` | regression |" in body
