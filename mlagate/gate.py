@@ -46,17 +46,14 @@ def commit_of(rev: str) -> str:
 
 
 def read_acceptances(commit: str, side: str, notes: list) -> str | None:
-    """perf-accept.yml as committed in ``commit`` (never the working tree), or None where it has none. A
-    commit this clone lacks (results gated by hash) has no readable file: a note says so."""
+    """perf-accept.yml as committed in ``commit``, or None where it has none. A commit this clone lacks
+    (results gated by hash) has no readable file: a note says so."""
     try:
-        git("cat-file", "-e", f"{commit}^{{commit}}")
+        return gitops.file_at(commit, acceptance.FILE)
     except GitError:
         notes.append(Note(Kind.ACCEPT_UNREAD, f"{side} {commit[:8]} is not in this clone: its "
                           f"{acceptance.FILE} was not read, so no accepted change applies"))
         return None
-    if not git("ls-tree", "--name-only", commit, "--", acceptance.FILE):
-        return None
-    return git("show", f"{commit}:{acceptance.FILE}", strip=False)
 
 
 def acceptances(base: str, head: str, texts=None, notes=None) -> tuple:
@@ -80,26 +77,6 @@ def acceptances(base: str, head: str, texts=None, notes=None) -> tuple:
     return trusted, proposed, {head, *(p for p in parents if p != base)}
 
 
-def change_marks(history: list, entries) -> list:
-    """(entry, main commit) per accepted change on main's history: the first recorded commit that holds
-    the entry's commit, where the distribution changed on purpose (verdict.since_mark)."""
-    marks = []
-    for entry in entries:
-        for r in history:
-            if _is_ancestor(entry.commit, r.commit):
-                marks.append((entry, r.commit))
-                break
-    return marks
-
-
-def _is_ancestor(older: str, newer: str) -> bool:
-    try:  # exit 1: not an ancestor; any other failure (a commit this clone lacks) marks nothing either
-        git("merge-base", "--is-ancestor", older, newer)
-        return True
-    except GitError:
-        return False
-
-
 def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_dir: Path, machine=None,
              platform=None, confirm=False, record_missing=False, grid="full", echo=print,
              accept_texts=None) -> GateOutput:
@@ -120,7 +97,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     platform, arch = head_platform(store, machine, head_commit, platform, cfg)
     history = [r for r in main_history(store, machine, base_commit, cfg.gate.drift_lookback)
                if r.commit != head_commit]
-    marks = change_marks(history, trusted)
+    marks = acceptance.change_marks(history, trusted)
     decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history, marks=marks)
     flagged = decided.flagged()
     if confirm and flagged:

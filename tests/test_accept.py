@@ -139,7 +139,7 @@ def test_an_accepted_change_on_main_restarts_drift_and_bisect_from_it(repo):
     history = [type(fast)(**{**fast.__dict__, "commit": c}) if i < 2 else type(slow)(**{**slow.__dict__, "commit": c})
                for i, c in enumerate(commits)]
     accepted = acceptance.parse(entry(commit=commits[2]), "test")
-    marks = gate.change_marks(history, accepted)
+    marks = acceptance.change_marks(history, accepted)
     assert [(e.pr, c) for e, c in marks] == [(7, commits[2])]
     cfg = config.load()
     label = "tilelang-seesaw h=16 b=128 s=4096 float16"
@@ -165,6 +165,6 @@ def test_bisect_looks_for_drift_only_after_the_accepted_change(repo):
         commits.append(commit_all(repo, name))
     history = [type(fast)(**{**fast.__dict__, "commit": commits[0]}),
                type(slow)(**{**slow.__dict__, "commit": commits[1]})]
-    marks = gate.change_marks(history, acceptance.parse(entry(commit=commits[1]), "test"))
+    marks = acceptance.change_marks(history, acceptance.parse(entry(commit=commits[1]), "test"))
     assert bisect_run.drift(history, slow, 0.05)[0] == commits[0]
     assert bisect_run.drift(history, slow, 0.05, marks) == (None, [])

@@ -57,7 +57,7 @@ def drift(history: list, bad, max_slowdown: float, marks=()) -> tuple:
 def run_bisect(cfg: Config, *, bad_rev: str, results: Path, machine: str, good_rev=None, grid="quick",
                echo=print) -> tuple:
     """(bisect.Result, cases): record what is missing, re-measure, search."""
-    from mlagate.gate import acceptances, change_marks, commit_of, main_history
+    from mlagate.gate import acceptances, commit_of, main_history
     from mlagate.store.record import record
 
     store = Store(results)
@@ -68,7 +68,7 @@ def run_bisect(cfg: Config, *, bad_rev: str, results: Path, machine: str, good_r
     history = [r for r in main_history(store, machine, bad, cfg.gate.drift_lookback) if r.commit != bad]
     if good is None:
         window = history[-cfg.gate.drift_lookback:]
-        marks = change_marks(window, acceptances(bad, bad)[0])  # bad's perf-accept.yml: main's accepted changes
+        marks = acceptance.change_marks(window, acceptances(bad, bad)[0])  # main's accepted changes, from bad
         good, cases = drift(window, store.load(machine, bad), cfg.gate.drift_max_slowdown, marks)
         if good is None:
             return bisect.Result(bisect.Finding.NO_DRIFT, [bad]), []

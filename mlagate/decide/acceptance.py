@@ -4,7 +4,8 @@ An entry names the change's commit (the pull request's head), the pull request, 
 gate prints them, fnmatch patterns allowed), ``max_change`` (the largest slowdown it accepts, relative:
 0.12 is +12%), why, and who accepted it. Only the BASE side's file counts: main is protected, so an entry
 there was reviewed and merged by a maintainer; an entry the pull request adds itself is shown as proposed
-and accepts nothing (docs/gate.md, "Accepting a change"). Pure: the gate reads both files from git.
+and accepts nothing (docs/gate.md, "Accepting a change"). The gate reads both files from git; only
+change_marks asks git anything (which recorded commit holds an accepted one).
 """
 
 import fnmatch
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from mlagate import gitops
 from mlagate.decide.vocabulary import Kind, Note, Outcome, Status
 
 FILE = "perf-accept.yml"
@@ -102,6 +104,17 @@ def match(cv, trusted, proposed, head_commits) -> tuple:
             if entry.applies_to(head_commits) and entry.covers(cv.label):
                 return entry, source
     return None, None
+
+
+def change_marks(history: list, entries) -> list:
+    """(entry, main commit) per accepted change on main's history (recorded results, oldest first): the first
+    recorded commit that holds the entry's commit, where the distribution changed on purpose (since_mark)."""
+    marks = []
+    for entry in entries:
+        first = next((r.commit for r in history if gitops.is_ancestor(entry.commit, r.commit)), None)
+        if first is not None:
+            marks.append((entry, first))
+    return marks
 
 
 def since_mark(history, label: str, marks=()) -> list:
