@@ -168,3 +168,30 @@ def test_bisect_looks_for_drift_only_after_the_accepted_change(repo):
     marks = acceptance.change_marks(history, acceptance.parse(entry(commit=commits[1]), "test"))
     assert bisect_run.drift(history, slow, 0.05)[0] == commits[0]
     assert bisect_run.drift(history, slow, 0.05, marks) == (None, [])
+
+
+def test_the_history_marks_an_accepted_change_where_it_starts(repo, tmp_path):
+    """The newest recorded commit's perf-accept.yml names the change: its commit and the cases it covers are
+    marked in the trend table and on the case page."""
+    from mlagate.report import history
+
+    store = Store(demo.HISTORY)
+    fast, slow = store.load(demo.MACHINE, demo.BASE), store.load(demo.MACHINE, demo.HEAD)
+    (repo / "f").write_text("old")
+    old = commit_all(repo, "old")
+    (repo / "f").write_text("change")
+    change = commit_all(repo, "the change")
+    (repo / acceptance.FILE).write_text(entry(commit=change))
+    after = commit_all(repo, "accept it")
+    recent = [type(fast)(**{**fast.__dict__, "commit": old}), type(slow)(**{**slow.__dict__, "commit": change}),
+              type(slow)(**{**slow.__dict__, "commit": after})]
+    cfg = config.load()
+    marks = history.gate_marks(cfg, recent, {c: {"platform": "cuda"} for c in (old, change, after)})
+    html = history.trend_section(cfg, tmp_path, recent, demo.MACHINE, marks, sorted)
+    header = html.split("<thead>")[1].split("</thead>")[0]
+    assert f'<code>{change[:8]}</code> <span class="bad">✗ gate</span> <span class="acc">☑ accepted</span>' in header
+    assert header.count("☑ accepted") == 1 and "drift" not in header  # drift compares with what followed it
+    row = next(r for r in html.split("<tr>") if "tilelang-seesaw" in r and "<td>128</td>" in r and ">dense<" in r)
+    assert '<td class="failed">175.0 <small class="up">+11.2%</small> ✗ ☑</td>' in row
+    page = (tmp_path / "cases" / "tilelang-seesaw-128-4096-float16-16-dense.html").read_text()
+    assert "☑ accepted change" in page

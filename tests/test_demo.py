@@ -110,6 +110,19 @@ def test_the_history_marks_the_commit_the_gate_fails(demo_out):
     assert [c for c, mark in marked if "✗ gate" in mark] == [demo.HEAD[:8]]
 
 
+def test_the_trend_shows_each_change_coloured_and_the_failed_cases_marked(demo_out):
+    index = (demo_out / "report" / "index.html").read_text()
+    trend = index[index.index('<table class="trend">'):].split("</table>")[0]
+    row = next(r for r in trend.split("<tr>") if "tilelang-seesaw" in r and "<td>128</td>" in r
+               and "<td title=\"dense\">dense</td>" in r)
+    assert '<td class="failed">175.0 <small class="up">+11.2%</small> ✗</td>' in row
+    ragged = next(r for r in trend.split("<tr>") if "tilelang-seesaw" in r and ">ragged-4k</td>" in r)
+    assert "0139e575" in ragged and "✗" not in ragged  # the digest only in the cell's title
+    page = re.search(r'href="(cases/tilelang-seesaw-128-4096-float16-16-dense\.html)"', row)[1]
+    html = (demo_out / "report" / page).read_text()
+    assert "<svg" in html and "<script" not in html and "+11.2%" in html and "✗ gate" in html
+
+
 def test_change_interval_brackets_the_medians_ratio():
     base = [100.0 + i % 7 for i in range(200)]
     head = [110.0 + i % 7 for i in range(200)]
