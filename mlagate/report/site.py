@@ -195,7 +195,8 @@ def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, i
     def cell(case):
         return _cell(by_case.get(case), asv_url(BENCH_TFLOPS, machine, case) if case in in_asv else None)
 
-    body = [[*(escape(str(v)) for v in point)] + [cell(Case(i, *point)) for i in impls]
+    body = [[*(escape(str(v)) for v in point[:-1]), escape(history.workload_name(Case("", *point)))]
+            + [cell(Case(i, *point)) for i in impls]
             for point in sorted({c.key[1:] for c in by_case}, key=lambda p: (p[3], p[0], p[1], p[2]))]
     html_.append("<p>TFLOPs per case, <small>× vendor</small> beside it; a link opens the case's history in asv."
                  "</p>" + table([*PARAM_NAMES[1:], *map(escape, impls)], body, "cases"))
