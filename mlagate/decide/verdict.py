@@ -170,7 +170,8 @@ def recent_medians(history, case: tuple) -> list:
 def _drift(cv: CaseVerdict, history, cfg: Config, marks=()):
     """Warn when head is slower than the best recent main-branch median (since the last accepted change)."""
     g = cfg.gate
-    medians = recent_medians(acceptance.since_mark(history, cv.label, marks)[-g.drift_lookback:], cv.case)
+    history = acceptance.since_mark(history, cv.label, marks) if marks else history
+    medians = recent_medians(history[-g.drift_lookback:], cv.case)
     if len(medians) < 2:
         return
     best = min(medians)[0]
