@@ -12,6 +12,10 @@ DENSE = "dense"  # the grid's own workload: one KV tensor, every sequence at seq
 # mark and one config of that family, as kernels/tuned.py spells it (tilelang-hopper@N64.H64.split0...).
 TILELANG_PREFIX = "tilelang-"
 CANDIDATE_MARK = "@"
+WORKLOAD_TAG_MARK = "@"  # between a workload's name and its definition's digest in a case key (Workload.tag)
+# The paged kernel has the pipelined schedule only: a family of another schedule runs its workload cases with
+# this family's config (kernels/mla_decode.py paged_config; tests/test_workloads.py holds the two together).
+PAGED_KERNEL_OF = {"tilelang-seesaw": "tilelang-hopper"}
 
 
 def family_impl(impl: str) -> str:
@@ -41,14 +45,19 @@ class Case:
     def paged(self) -> bool:
         return self.workload != DENSE
 
-    def label(self) -> str:
-        return case_label(self.key)
+    def label(self, *, tag: bool = False) -> str:
+        return case_label(self.key, tag=tag)
 
 
-def case_label(key: tuple) -> str:
+def case_label(key: tuple, *, tag: bool = False) -> str:
+    """What a reader sees: a workload by its name (``tag``: with its definition's digest, for the errors that
+    say a definition changed), and for a workload case the kernel it runs when that is another family's."""
     impl, batch, seqlen, dtype, heads, workload = key
-    where = "" if workload == DENSE else f" {workload}"
-    return f"{impl} h={heads} b={batch} s={seqlen} {dtype}{where}"
+    if workload == DENSE:
+        return f"{impl} h={heads} b={batch} s={seqlen} {dtype}"
+    name = workload if tag else workload.partition(WORKLOAD_TAG_MARK)[0]
+    runs = PAGED_KERNEL_OF.get(family_impl(impl))
+    return f"{impl} h={heads} b={batch} s={seqlen} {dtype} {name}" + (f" (runs {runs}'s paged kernel)" if runs else "")
 
 
 class RunStatus(StrEnum):

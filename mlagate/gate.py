@@ -9,7 +9,7 @@ from pathlib import Path
 from mlagate import gitops
 from mlagate.atomic import write_replace
 from mlagate.config import Config
-from mlagate.decide import build_rules, verdict
+from mlagate.decide import acceptance, build_rules, verdict
 from mlagate.decide.vocabulary import Kind, Note
 from mlagate.gitops import GitError, git, resolve
 from mlagate.report import comparison
@@ -49,10 +49,46 @@ def commit_of(rev: str) -> str:
         raise
 
 
+def read_acceptances(commit: str, side: str, notes: list) -> str | None:
+    """perf-accept.yml as committed in ``commit``, or None where it has none. A commit this clone lacks
+    (results gated by hash) has no readable file: a note says so."""
+    try:
+        return gitops.file_at(commit, acceptance.FILE)
+    except GitError:
+        notes.append(Note(Kind.ACCEPT_UNREAD, f"{side} {commit[:8]} is not in this clone: its "
+                          f"{acceptance.FILE} was not read, so no accepted change applies"))
+        return None
+
+
+def acceptances(base: str, head: str, texts=None, notes=None) -> tuple:
+    """(trusted entries, proposed entries, the commits an entry may name): the base's perf-accept.yml
+    accepts; the head's entries the base lacks are only proposed. perf-pr.yml gates the pull request merged
+    onto base, so an entry names the PR's head: a merge's parents other than base count as head too.
+    ``texts``: (base's file, head's file) as text, instead of reading them from git."""
+    notes = [] if notes is None else notes
+    if texts is None:
+        texts = (read_acceptances(base, "base", notes), read_acceptances(head, "head", notes))
+    try:
+        trusted = acceptance.parse(texts[0], f"{acceptance.FILE} of base {base[:8]}")
+        proposed = [e for e in acceptance.parse(texts[1], f"{acceptance.FILE} of head {head[:8]}")
+                    if e not in trusted]
+    except acceptance.AcceptanceError as e:
+        raise GateError(str(e)) from None
+    try:
+        parents = git("rev-list", "--parents", "-n", "1", head).split()[1:]
+    except GitError:
+        parents = []
+    return trusted, proposed, {head, *(p for p in parents if p != base)}
+
+
 def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_dir: Path, machine=None,
-             platform=None, confirm=False, record_missing=False, grid="full", echo=print) -> GateOutput:
+             platform=None, confirm=False, record_missing=False, grid="full", echo=print,
+             accept_texts=None) -> GateOutput:
+    """``accept_texts``: (base's, head's) perf-accept.yml as text, where the commits are not in this clone."""
     store = Store(results)
     base_commit, head_commit = commit_of(base_rev), commit_of(head_rev)
+    accept_notes = []
+    trusted, proposed, head_commits = acceptances(base_commit, head_commit, accept_texts, accept_notes)
     machine = pick_machine(store, machine)
     sides = (("base", base_commit), ("head", head_commit))
     for name, commit in sides:  # both, and head's env sidecar, before --record-missing writes anything
@@ -66,7 +102,9 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     history = [r for r in main_history(store, machine, base_commit, cfg.gate.drift_lookback)
                if r.commit != head_commit]
     envs = tuple(store.read_sidecar(machine, c, "env") for c in (base_commit, head_commit))
-    decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history, envs=envs)
+    marks = acceptance.change_marks(history, trusted)
+    decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history, envs=envs,
+                               marks=marks)
     flagged = decided.flagged()
     if confirm and flagged:
         from mlagate.measure import interleaved
@@ -76,13 +114,15 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
         confirmations = interleaved.interleaved(cases, gitops.REPO, base_commit, head_commit, cfg.timing,
                                                 cfg.gate.confirm_rounds)
         decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history,
-                                   confirmations=confirmations, envs=envs)
+                                   confirmations=confirmations, envs=envs, marks=marks)
     elif flagged:
         decided.warnings.append(Note(Kind.UNCONFIRMED, "flagged cases were not re-measured interleaved (run the "
                                      "gate with --confirm on the GPU host to rule out run-to-run noise)"))
     decided.warnings += runner_notes(store, machine, sides)
     findings, builds = build_findings(store, machine, base_commit, head_commit, cfg, decided.warnings)
     verdict.add_build_findings(decided, findings)
+    acceptance.apply(decided, trusted, proposed, head_commits)
+    decided.warnings += accept_notes
     sides = comparison.Sides(machine, loaded["base"], loaded["head"],
                              *(store.read_sidecar(machine, c, "env") for c in (base_commit, head_commit)), builds)
     decided.warnings += [Note(Kind.UNREADABLE_RESULTS, f"skipped unreadable results: {p}")
@@ -185,6 +225,24 @@ def build_findings(store: Store, machine: str, base: str, head: str, cfg: Config
     return found, builds
 
 
+def changed_files(base: str, head: str) -> list | None:
+    """The files head changes against base (for perf-pr.yml's merge commit: the PR's), or None where this
+    clone lacks either commit."""
+    try:
+        return git("diff", "--name-only", "--no-renames", base, head).splitlines()
+    except GitError:
+        return None
+
+
+def review_inputs(verdict, cfg: Config, machine: str, arch: str | None):
+    from mlagate.report.review import Review
+
+    quick = {c.key for c in cfg.cases("quick", cfg.gate.gated, verdict.platform)}
+    return Review(changed=changed_files(verdict.base, verdict.head), arch=arch, machine=machine,
+                  grids={c.case: "quick" if c.case in quick else "full" for c in verdict.cases},
+                  vendor=cfg.platform(verdict.platform).vendor)
+
+
 def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) -> GateOutput:
     from mlagate.report.plots import tflops_png
     from mlagate.report.site import commit_rows
@@ -195,12 +253,14 @@ def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) 
     if plot:
         tflops_png(plot, cfg, rows, arch)
     page = comparison.write_page(out_dir, verdict, sides, cfg)
+    review = review_inputs(verdict, cfg, sides.machine, arch)
     markdown = report.gate_markdown(verdict, plot="tflops.png" if plot else None,
-                                    vendor=cfg.platform(verdict.platform).vendor, page=page.name)
+                                    vendor=cfg.platform(verdict.platform).vendor, page=page.name,
+                                    review=review)
     files = {"markdown": out_dir / "gate.md", "json": out_dir / "verdict.json", "comparison": page}
     # each whole or not at all: a reader polling --out (a concurrent gate's) never sees half a verdict.json
     write_replace(files["markdown"], markdown.encode())
-    write_replace(files["json"], json.dumps(report.verdict_dict(verdict), indent=1, default=str).encode())
+    write_replace(files["json"], json.dumps(report.verdict_dict(verdict, review), indent=1, default=str).encode())
     if plot:
         files["plot"] = Path(plot)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")

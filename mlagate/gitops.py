@@ -32,3 +32,21 @@ def head_or_none(repo=None) -> str | None:
         return resolve("HEAD", repo)
     except (GitError, OSError):
         return None
+
+
+def is_ancestor(older: str, newer: str, repo=None) -> bool:
+    """Whether ``older`` is ``newer`` or one of its ancestors; False also where the clone lacks either."""
+    try:  # exit 1: not an ancestor; any other failure (a commit this clone lacks) is no either
+        git("merge-base", "--is-ancestor", older, newer, repo=repo)
+        return True
+    except GitError:
+        return False
+
+
+def file_at(commit: str, path: str, repo=None) -> str | None:
+    """``path`` as committed in ``commit`` (never the working tree), or None where the commit has no such
+    file; GitError where the clone lacks the commit."""
+    git("cat-file", "-e", f"{commit}^{{commit}}", repo=repo)
+    if not git("ls-tree", "--name-only", commit, "--", path, repo=repo):
+        return None
+    return git("show", f"{commit}:{path}", repo=repo, strip=False)

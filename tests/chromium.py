@@ -135,13 +135,21 @@ class Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def skip_reason():
+def no_browser():
+    """Why headless Chromium cannot be driven here, or None."""
     if CHROMIUM is None:
         return "Debian's `chromium` is not installed (apt-get install chromium; .ci/run installs it)"
     try:
         import websocket  # noqa: F401
     except ImportError:
         return "websocket-client is not installed (pip install -e '.[test]')"
+    return None
+
+
+def skip_reason():
+    """Why asv's pages cannot be opened here offline (no browser, or no Debian copies of their scripts)."""
+    if no_browser():
+        return no_browser()
     missing = [name for name in site.ASSETS.values() if name and not (site.DEBIAN_JS / name).is_file()]
     if missing:
         return (f"asv's pages need {site.DEBIAN_PACKAGES} offline (missing "
@@ -150,9 +158,10 @@ def skip_reason():
 
 
 @contextlib.contextmanager
-def serving(root: Path, profile: Path, width=1280):
-    """(base URL, Chromium) for the pages under root, served over HTTP; skips with the reason without a browser."""
-    reason = skip_reason()
+def serving(root: Path, profile: Path, width=1280, asv=True):
+    """(base URL, Chromium) for the pages under root, served over HTTP; skips with the reason without a browser
+    (``asv``: or without what asv's pages load)."""
+    reason = skip_reason() if asv else no_browser()
     if reason:
         pytest.skip(reason)
     server, chromium = Server(root), Chromium(profile, width=width)

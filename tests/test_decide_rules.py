@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -97,7 +98,11 @@ def test_exit_codes_and_labels():
 
 
 def test_statuses_and_outcomes_are_the_strings_the_report_and_json_show():
-    assert [s.value for s in Status] == ["pass", "regression", "error", "no_baseline", "removed", "skipped"]
+    assert [s.value for s in Status] == ["pass", "regression", "error", "no_baseline", "removed", "skipped",
+                                         "accepted"]
+    # the PR comment's template shows each of them (anything else reads "?")
+    template = (Path(__file__).parent.parent / ".github/workflows/perf-comment.yml").read_text()
+    assert 'IN("pass", "regression", "error", "no_baseline", "removed", "skipped", "accepted")' in template
     assert [o.value for o in Outcome] == ["pass", "regression", "error"]
     assert f"{Status.NO_BASELINE}" == "no_baseline" and json.dumps([Outcome.ERROR]) == '["error"]'
     # a plain string is read as its member, so the comparisons in evaluate hold for it too

@@ -42,6 +42,24 @@ def test_the_demo_gates_the_recorded_pair_and_writes_both_pages(demo_out, capsys
     assert "comparison.html" in (demo_out / "gate" / "gate.md").read_text()
 
 
+def test_the_demo_gate_md_reads_in_ten_seconds(demo_out):
+    """One summary line, the file the failing cases depend on, a reproduce command per failing case, every
+    case folded, and no image a job summary cannot load."""
+    md = (demo_out / "gate" / "gate.md").read_text()
+    assert md.splitlines()[2] == ("**2 of 18 gated cases regressed (+7.2% to +11.2%); worst "
+                                  "`tilelang-seesaw h=16 b=128 s=4096 float16` +11.2%.**")
+    changed = md.split("### Changed files the failing cases depend on")[1].split("###")[0]
+    assert changed.strip() == "- `kernels/mla_decode.py`: 2 of the 2 failing cases"
+    reproduce = md.split("### Reproduce on a GPU host")[1].split("<details>")[0]
+    for b in (64, 128):
+        assert f"tilelang-seesaw h=16 b={b} s=4096 float16" in reproduce
+    assert (f"git checkout {demo.HEAD[:12]} && mlagate bench --grid quick --impl tilelang-seesaw --impl flash_mla "
+            "--dtype float16") in reproduce
+    assert f"mlagate gate --base {demo.BASE} --head {demo.HEAD} --machine h200 --confirm" in reproduce
+    assert "<details><summary>All 18 cases</summary>" in md
+    assert "![" not in md and "tflops.png" in md  # named as a file of the artifact, never a relative image
+
+
 def test_the_demo_verdict_fails_the_injected_change_and_its_numbers_agree(demo_out):
     """The head forces 4 KV splits in the seesaw (demo/README.md): exactly its dense cases fail, each on a
     latency rise and a vendor-ratio drop that the recorded TFLOPs bear out (ratio = TFLOPs over FlashMLA's)."""
@@ -90,6 +108,21 @@ def test_the_history_marks_the_commit_the_gate_fails(demo_out):
     header = index[index.index('<table class="trend">'):].split("</thead>")[0]
     marked = re.findall(r"<code>([0-9a-f]{8})</code>(.*?)</th>", header)
     assert [c for c, mark in marked if "✗ gate" in mark] == [demo.HEAD[:8]]
+
+
+def test_the_trend_shows_each_change_coloured_and_the_failed_cases_marked(demo_out):
+    index = (demo_out / "report" / "index.html").read_text()
+    trend = index[index.index('<table class="trend">'):].split("</table>")[0]
+    row = next(r for r in trend.split("<tr>") if "tilelang-seesaw" in r and "<td>128</td>" in r
+               and "<td title=\"dense\">dense</td>" in r)
+    assert '<td class="failed">175.0 <small class="up">+11.2%</small> ✗</td>' in row
+    ragged = next(r for r in trend.split("<tr>") if "tilelang-seesaw" in r and ">ragged-4k <small>" in r)
+    assert "0139e575" in ragged and "✗" not in ragged  # the digest only in the cell's title
+    assert ">ragged-4k <small>runs tilelang-hopper's paged kernel</small></td>" in ragged  # the kernel it runs
+    assert "ragged-4k@" not in index.replace('title="ragged-4k@', "")  # no digest a reader sees
+    page = re.search(r'href="(cases/tilelang-seesaw-128-4096-float16-16-dense\.html)"', row)[1]
+    html = (demo_out / "report" / page).read_text()
+    assert "<svg" in html and "<script" not in html and "+11.2%" in html and "✗ gate" in html
 
 
 def test_change_interval_brackets_the_medians_ratio():

@@ -536,3 +536,45 @@ def test_no_comment_for_another_commit_a_bad_number_or_no_verdict(workflows, tmp
     assert comment(workflows, tmp_path / "b", artifact_zip(verdict, pr_number=b"12; rm -rf /\n"))[1] is None
     assert comment(workflows, tmp_path / "c", artifact_zip(b"")) == (0, None)
     assert comment(workflows, tmp_path / "d", artifact_zip(b"[not json"))[0] == 1
+
+
+def test_the_comment_names_accepted_cases_from_checked_acceptance_fields(workflows, tmp_path):
+    accepted = {"case": ["tilelang-seesaw", 64, 4096, "float16", 16, "dense"], "status": "accepted",
+                "change": 0.072, "acceptance": {"commit": "91da13fe9c", "pr": 7, "max_change": 0.12,
+                                                "who": "a-maintainer", "why": "[x](https://evil.example)"}}
+    hostile = {"case": ["tilelang-seesaw", 128, 4096, "float16", 16, "dense"], "status": "accepted",
+               "acceptance": {"commit": "[x](y)", "pr": "@everyone", "max_change": "fake", "who": "@org/team"}}
+    rc, body = comment(workflows, tmp_path, artifact_zip(json.dumps(
+        {**HOSTILE_VERDICT, "cases": [accepted, hostile]}).encode()))
+    assert rc == 0 and markdown_of_the_pr(body) == []
+    assert "| `tilelang-seesaw h=16 b=64 s=4096 float16 dense` | accepted |" in body
+    assert ("- `tilelang-seesaw h=16 b=64 s=4096 float16 dense`: at most +12%, PR #7, accepted by `a-maintainer` "
+            "for `91da13fe9c`") in body
+    assert "at most –, PR #?, accepted by `?` for `?`" in body
+
+
+def test_the_comment_of_the_demo_pair_says_what_to_read_in_ten_seconds(workflows, tmp_path, monkeypatch):
+    """The recorded H200 pair (demo/) through the real gate and the real template: the summary line, the file
+    the failing cases depend on, and the commands that reproduce them."""
+    from mlagate import config, gate, gitops
+    from mlagate.cli import demo
+
+    monkeypatch.setattr(gitops, "REPO", demo.clone_with_the_pair(tmp_path / "repo"))
+    gate.run_gate(config.load(), base_rev=demo.BASE, head_rev=demo.HEAD, results=demo.HISTORY,
+                  out_dir=tmp_path / "gate", machine=demo.MACHINE)
+    rc, body = comment(workflows, tmp_path / "c", artifact_zip((tmp_path / "gate" / "verdict.json").read_bytes()),
+                       pr_head="c0ffee")
+    assert rc == 0 and markdown_of_the_pr(body) == []
+    assert ("**2 of 18 gated cases regressed (+7.16% to +11.17%); worst "
+            "`tilelang-seesaw h=16 b=128 s=4096 float16 dense`.**") in body
+    assert "Changed files the failing cases depend on: `kernels/mla_decode.py` (2)" in body
+    assert (f"git checkout {demo.HEAD[:12]} && mlagate bench --grid quick --impl tilelang-seesaw --impl flash_mla "
+            "--dtype float16") in body
+    assert (f"mlagate gate --base {demo.BASE[:12]} --head {demo.HEAD[:12]} --machine h200 --confirm "
+            "--record-missing") in body
+
+
+def test_the_comment_names_a_workload_case_by_its_workload(workflows, tmp_path):
+    ragged = {"case": ["tilelang-hopper", 64, 4096, "float16", 16, "ragged-4k@0139e575"], "status": "regression"}
+    rc, body = comment(workflows, tmp_path, artifact_zip(json.dumps({**HOSTILE_VERDICT, "cases": [ragged]}).encode()))
+    assert rc == 0 and "| `tilelang-hopper h=16 b=64 s=4096 float16 ragged-4k` | regression |" in body

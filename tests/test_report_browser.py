@@ -9,13 +9,14 @@ artifacts). `python tests/test_report_browser.py PNG` writes the summary page's
 screenshot from the full-grid asv record (docs/report-summary-h200.png).
 """
 
+import re
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from chromium import serving, skip_reason
+from chromium import no_browser, serving, skip_reason
 from mlagate import cli, config
 from mlagate.case import Case
 from mlagate.measure import environment
@@ -136,6 +137,47 @@ def test_full_grid_asv_record_renders(tmp_path):
         selected = chromium.evaluate("[...document.querySelectorAll('.btn.active')].map(b => b.innerText.trim())")
         assert {"flashinfer", "128", "16384", "float16"} <= set(selected), selected
         chromium.screenshot(ARTIFACTS / "report-full-grid-asv-graph.png")
+
+
+def without_debian_js(tmp_path, monkeypatch) -> Path:
+    """The report as a machine without Debian's libjs-* packages builds it."""
+    monkeypatch.setattr(site, "DEBIAN_JS", tmp_path / "no-libjs")
+    return build_report(tmp_path / "report")
+
+
+def local_links(page: str) -> list:
+    return sorted({h for h in re.findall(r'href="([^"#]+)', page) if not h.startswith(("http", "data:"))})
+
+
+def test_without_the_debian_packages_no_page_links_a_blank_asv_page(tmp_path, monkeypatch):
+    report = without_debian_js(tmp_path, monkeypatch)
+    page = (report / "index.html").read_text()
+    assert "asv/" not in " ".join(local_links(page)) and "not linked: they load their scripts from CDNs" in page
+    cases = [h for h in local_links(page) if h.startswith("cases/")]
+    assert cases and all((report / h).is_file() for h in cases)
+    assert all("<script" not in (report / h).read_text() for h in cases)
+
+
+def test_every_history_page_loads_without_a_javascript_error_and_without_the_debian_packages(tmp_path, monkeypatch):
+    if no_browser():
+        pytest.skip(no_browser())
+    report = without_debian_js(tmp_path, monkeypatch)
+    with serving(report, tmp_path / "chromium-profile", asv=False) as (base, chromium):
+        pages, seen_pages = ["index.html"], set()
+        while pages:
+            page = pages.pop()
+            if page in seen_pages:
+                continue
+            seen_pages.add(page)
+            seen = chromium.open(base + page, ready="document.readyState == 'complete'")
+            _assert_clean(seen, base)
+            assert chromium.evaluate("document.scripts.length") == 0, page
+            here = page.rpartition("/")[0]
+            pages += [str(Path(here, h)).replace("cases/../", "") for h in local_links((report / page).read_text())]
+        assert seen_pages == {"index.html"} | {f"cases/{p.name}" for p in (report / "cases").iterdir()}
+        chromium.open(base + sorted(p for p in seen_pages if "seesaw" in p or "hopper" in p)[0],
+                      ready="document.readyState == 'complete'")
+        chromium.screenshot(ARTIFACTS / "report-case-screenshot.png")
 
 
 if __name__ == "__main__":  # the README's screenshot: the full H200 grid as asv recorded it

@@ -7,7 +7,8 @@ import json
 import pytest
 
 import gate_fixtures as fx
-from mlagate.decide.verdict import Kind, Status, vendor_kernel
+from mlagate.decide.vendor_ratio import vendor_kernel
+from mlagate.decide.verdict import Kind, Status
 from mlagate.store.results import Store
 from mlagate.store.results_file import BENCH_RATIO
 

@@ -52,7 +52,8 @@ def test_the_grid_adds_each_workload_as_its_own_cases_with_the_platforms_pages()
     assert {c.page_size for c in CFG.cases("quick", ["tilelang-cdna3"], "rocm") if c.paged} == {1}
     ragged = next(c for c in paged if c.workload == RAGGED.tag(64) and c.batch == 128)
     assert ragged.lengths == RAGGED.lengths(128) and ragged.seqlen == RAGGED.mean
-    assert ragged.label() == "tilelang-hopper h=16 b=128 s=4096 float16 ragged-4k@0139e575"
+    assert ragged.label() == "tilelang-hopper h=16 b=128 s=4096 float16 ragged-4k"  # the digest: in the key
+    assert ragged.label(tag=True) == "tilelang-hopper h=16 b=128 s=4096 float16 ragged-4k@0139e575"
     # A stored key becomes the same case again (the gate's re-measure, bisect), lengths and all.
     assert CFG.case(ragged.key, "cuda").lengths == ragged.lengths
     assert CFG.case(ragged.key, "cuda") == ragged and Case(*ragged.key) == ragged  # lengths are not identity
@@ -193,3 +194,18 @@ def test_a_results_file_that_mixes_the_grid_and_the_workloads_is_refused(tmp_pat
     path.write_text(json.dumps(data))
     with pytest.raises(StoreError, match=rf"{path}: not a valid asv results file: .*{message}"):
         parse_results_file(path)
+
+
+def test_a_workload_case_is_named_for_the_kernel_it_runs():
+    """The paged kernel is pipelined only: the seesaw's workload cases run the hopper family's config, and their
+    label says so (case.PAGED_KERNEL_OF must agree with kernels/mla_decode.py paged_config)."""
+    from mlagate.case import PAGED_KERNEL_OF, TILELANG_PREFIX
+    from mlagate.kernels import mla_decode
+
+    runs = {TILELANG_PREFIX + name: TILELANG_PREFIX + mla_decode.paged_config(c, mla_decode.CONFIGS.get).name
+            for name, c in mla_decode.CONFIGS.items()}
+    assert {impl: other for impl, other in runs.items() if other != impl} == PAGED_KERNEL_OF
+    seesaw = ("tilelang-seesaw", 64, 4096, "float16", 16, RAGGED.tag(64))
+    assert Case(*seesaw).label() == ("tilelang-seesaw h=16 b=64 s=4096 float16 ragged-4k "
+                                     "(runs tilelang-hopper's paged kernel)")
+    assert Case(*seesaw[:5]).label() == "tilelang-seesaw h=16 b=64 s=4096 float16"

@@ -15,7 +15,7 @@ from mlagate import gitops
 from mlagate.bisect import rules as bisect
 from mlagate.case import Case
 from mlagate.config import Config
-from mlagate.decide import verdict
+from mlagate.decide import acceptance, verdict
 from mlagate.gitops import git
 from mlagate.measure.impls import TILELANG_PREFIX  # only the TileLang kernels change between commits
 from mlagate.measure.summary import median
@@ -46,12 +46,13 @@ def measured_medians(store: Store, machine: str, name: str, commit: str) -> dict
     return found
 
 
-def drift(history: list, bad, max_slowdown: float) -> tuple:
+def drift(history: list, bad, max_slowdown: float, marks=()) -> tuple:
     """(good commit, drifting cases): bad's TileLang cases at least ``max_slowdown`` slower than their best
-    median in ``history`` (recorded main commits before bad); good holds the best of the worst one."""
+    median in ``history`` (recorded main commits before bad, from the last accepted change of each case:
+    ``marks``, verdict.since_mark); good holds the best of the worst one."""
     now, worst = _medians(bad), {}
     for case, value in now.items():
-        recorded = verdict.recent_medians(history, case.key)
+        recorded = verdict.recent_medians(acceptance.since_mark(history, case.label(), marks), case.key)
         if recorded:
             best, commit = min(recorded)
             if value / best - 1 >= max_slowdown:
@@ -65,7 +66,7 @@ def drift(history: list, bad, max_slowdown: float) -> tuple:
 def run_bisect(cfg: Config, *, bad_rev: str, results: Path, machine: str, good_rev=None, grid="quick",
                echo=print) -> tuple:
     """(bisect.Result, cases): record what is missing, re-measure, search."""
-    from mlagate.gate import commit_of, main_history, refuse_corrupt
+    from mlagate.gate import acceptances, commit_of, main_history, refuse_corrupt
     from mlagate.store.record import record
 
     store = Store(results)
@@ -80,7 +81,9 @@ def run_bisect(cfg: Config, *, bad_rev: str, results: Path, machine: str, good_r
     if good is None:
         history = [r for r in main_history(store, machine, bad, cfg.gate.drift_lookback, strict=True)
                    if r.commit != bad]
-        good, cases = drift(history[-cfg.gate.drift_lookback:], store.load(machine, bad), cfg.gate.drift_max_slowdown)
+        window = history[-cfg.gate.drift_lookback:]
+        marks = acceptance.change_marks(window, acceptances(bad, bad)[0])  # main's accepted changes, from bad
+        good, cases = drift(window, store.load(machine, bad), cfg.gate.drift_max_slowdown, marks)
         if good is None:
             return bisect.Result(bisect.Finding.NO_DRIFT, [bad]), []
     else:

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from mlagate import exits
+from mlagate import exits, gitops
 from mlagate.config import ROOT
 from mlagate.gitops import git
 from mlagate.report.text import FAILING
@@ -47,10 +47,15 @@ def run(args, cfg) -> int:
     with tempfile.TemporaryDirectory(prefix="mlagate-demo-") as tmp:
         results = Path(tmp) / "results"
         shutil.copytree(HISTORY, results)  # the gate and asv publish read a copy: the history stays as kept
-        verdict = gate.run_gate(cfg, base_rev=BASE, head_rev=HEAD, results=results, out_dir=out / "gate",
-                                machine=MACHINE).verdict
+        repo = clone_with_the_pair(Path(tmp) / "repo")
+        checkout, gitops.REPO = gitops.REPO, repo  # the gate reads the pair's files and diff from the clone
+        try:
+            verdict = gate.run_gate(cfg, base_rev=BASE, head_rev=HEAD, results=results, out_dir=out / "gate",
+                                    machine=MACHINE).verdict
+        finally:
+            gitops.REPO = checkout
         site.build(cfg, results=results, out=out / "report", machine=MACHINE, last=cfg.gate.drift_lookback,
-                   repo=clone_with_the_pair(Path(tmp) / "repo"))
+                   repo=repo)
     failing = [c.label for c in verdict.cases if c.status in FAILING]
     print(f"a recorded H200 pair ({HISTORY.relative_to(ROOT)}, demo/README.md): base {BASE[:8]}, "
           f"head {HEAD[:8]} (the seesaw forced to 4 KV splits)")

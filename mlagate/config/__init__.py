@@ -147,12 +147,12 @@ class Config:
             return case
         name = case.workload.partition(config_workloads.TAG_MARK)[0]
         if name not in self.workloads:
-            raise ConfigError(f"workloads.{name}: not in perf.yml, but {case.label()} was recorded")
+            raise ConfigError(f"workloads.{name}: not in perf.yml, but {case.label(tag=True)} was recorded")
         full = self._workload_case(self.workloads[name], case.impl, case.batch, case.dtype, case.heads,
                                    self.platform(platform))
         if full != case:
-            raise ConfigError(f"workloads.{name}: perf.yml defines {full.label()}, but {case.label()} was recorded "
-                              "(the workload changed since)")
+            raise ConfigError(f"workloads.{name}: perf.yml defines {full.label(tag=True)}, but {case.label(tag=True)} "
+                              "was recorded (the workload changed since)")
         return full
 
     @staticmethod

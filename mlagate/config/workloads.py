@@ -16,13 +16,13 @@ import random
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
-from mlagate.case import DENSE
+from mlagate.case import DENSE, WORKLOAD_TAG_MARK
 from mlagate.config.reader import ConfigError, KeyReader, open_section_keys
 
 DISTRIBUTIONS = ("uniform", "lognormal")
 MAX_LENGTH = 131072  # the longest context the kernels are tested at (tests/test_paged_gpu.py)
 MAX_BATCH = 4096  # a decode batch of a serving engine, with room
-TAG_MARK = "@"  # between a workload's name and its definition's digest in a case key (Workload.tag)
+TAG_MARK = WORKLOAD_TAG_MARK  # between a workload's name and its definition's digest in a case key (Workload.tag)
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ an error: the gate never passes by default.
 Every reason and warning is a ``Note``: code acts on its ``Kind``, never on its text.
 """
 
-import math
 from dataclasses import dataclass, field
 
 from mlagate.case import case_label
-from mlagate.config import Config, Platform
-from mlagate.decide import stats
-from mlagate.decide.vocabulary import EXIT_CODE, Kind, Note, Outcome, Status
+from mlagate.config import Config
+from mlagate.decide import acceptance, stats
+from mlagate.decide.vendor_ratio import judge_ratio, vendor_kernel
+from mlagate.decide.vocabulary import EXIT_CODE, Kind, Note, Outcome, Status, fail, positive, warn
 from mlagate.measure.summary import median
 from mlagate.store.results import CommitResults
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, ok_value
@@ -44,6 +44,7 @@ class CaseVerdict:
     below_floor: bool = False  # vendor ratio under the floor in head's own run: fails outright
     ratio_dropped: bool = False  # vendor ratio fell more than max_drop below base's
     confirmation: dict | None = None  # {"change", "p_value", "agrees", "samples"}
+    acceptance: dict | None = None  # the perf-accept.yml entry that names this case, and its source
 
     def __post_init__(self):
         self.status = Status(self.status)
@@ -89,35 +90,19 @@ def is_slower(base, head, threshold: float, alpha: float) -> bool:
     return _past(stats.median_ratio(base, head) - 1, stats.slower_p_value(base, head), threshold, alpha)
 
 
-def _positive(values) -> bool:
-    """Every value a finite number > 0 (times, ratios): NaN would pass every comparison below."""
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-               for v in values)
-
-
-def _fail(cv: CaseVerdict, kind: Kind, text: str, status: Status | None = None):
-    cv.reasons.append(Note(kind, text))
-    if status is not None:
-        cv.status = status
-
-
-def _warn(cv: CaseVerdict, kind: Kind, text: str):
-    cv.warnings.append(Note(kind, text))
-
-
 def _latency(cv: CaseVerdict, base, head, cfg: Config):
     g = cfg.gate
     if not base.samples or not head.samples:
         which = "base" if not base.samples else "head"
-        _fail(cv, Kind.NO_SAMPLES, f"no raw samples in the {which} results (record with asv run "
+        fail(cv, Kind.NO_SAMPLES, f"no raw samples in the {which} results (record with asv run "
                                    "--record-samples; `mlagate record` does)", Status.ERROR)
         return
-    bad = [which for which, e in (("base", base), ("head", head)) if not _positive(e.samples)]
+    bad = [which for which, e in (("base", base), ("head", head)) if not positive(e.samples)]
     if bad:
-        _fail(cv, Kind.BAD_SAMPLES, f"{bad[0]} samples are not all finite times > 0", Status.ERROR)
+        fail(cv, Kind.BAD_SAMPLES, f"{bad[0]} samples are not all finite times > 0", Status.ERROR)
         return
     if min(len(base.samples), len(head.samples)) < g.min_samples:
-        _fail(cv, Kind.TOO_FEW_SAMPLES, f"too few samples: base {len(base.samples)}, head {len(head.samples)} "
+        fail(cv, Kind.TOO_FEW_SAMPLES, f"too few samples: base {len(base.samples)}, head {len(head.samples)} "
                                         f"(gate.latency.min_samples = {g.min_samples})", Status.ERROR)
         return
     cv.base_median_s, cv.head_median_s = median(base.samples), median(head.samples)
@@ -126,62 +111,9 @@ def _latency(cv: CaseVerdict, base, head, cfg: Config):
     if _past(cv.change, cv.p_value, g.screen, g.alpha):
         cv.flagged = True
         cv.over_threshold = _past(cv.change, cv.p_value, g.threshold, g.alpha)
-        _fail(cv, Kind.LATENCY, f"latency +{cv.change:.1%} (median {cv.base_median_s * 1e6:.1f} → "
+        fail(cv, Kind.LATENCY, f"latency +{cv.change:.1%} (median {cv.base_median_s * 1e6:.1f} → "
                                 f"{cv.head_median_s * 1e6:.1f} µs, p = {cv.p_value:.1e}; threshold "
                                 f"+{g.threshold:.1%} at p < {g.alpha})")
-
-
-def vendor_kernel(env, vendor: str, case: tuple):
-    """(version, kernel) of ``vendor`` for ``case`` in a record's env sidecar (measure/environment.vendors);
-    None where the record names none (older records)."""
-    entry = (((env or {}).get("start") or {}).get("vendors") or {}).get(vendor)
-    if not entry:
-        return None
-    row = (entry.get("kernels") or {}).get(f"{case[3]}/{case[4]}") or {}
-    return entry.get("version"), row.get("kernel")
-
-
-def _vendor_changed(cv: CaseVerdict, vendor: str, kernels) -> bool:
-    """Base and head ran different vendor kernels (or versions) for this case: the ratio moved with the vendor,
-    so its rules are not TileLang's to fail; said, and the case re-baselined."""
-    base, head = kernels or (None, None)
-    if base is None or head is None or base == head:
-        return False
-    _warn(cv, Kind.VENDOR_CHANGED, f"vendor kernel changed: {vendor} {base[0]} ran {base[1] or 'its kernel'} in "
-                                   f"base, {head[0]} {head[1] or 'its kernel'} in head; the ratio "
-                                   f"({cv.base_vendor_ratio} → {cv.vendor_ratio}) is re-baselined, not gated")
-    return True
-
-
-def _ratio(cv: CaseVerdict, base_ratio, head_ratio, rule, platform: Platform, kernels=None):
-    cv.vendor_ratio = head_ratio
-    cv.base_vendor_ratio = base_ratio
-    vendor, heads = platform.vendor, cv.case[4]
-    if heads in platform.vendor_heads and head_ratio is not None and _vendor_changed(cv, vendor, kernels):
-        return
-    if heads not in platform.vendor_heads:
-        _warn(cv, Kind.NO_VENDOR_KERNEL, f"no vendor ratio: {vendor} has no {heads}-head kernel (perf.yml "
-                                         f"vendor_heads {list(platform.vendor_heads)}); gated on latency alone")
-        return
-    if head_ratio is None:  # a gated case the vendor rules cannot judge must not pass
-        _fail(cv, Kind.NO_RATIO, f"no vendor ratio in the head results: {vendor} was not measured at this "
-                                 f"point (skipped, failed, or its dtype is not one {vendor} takes)", Status.ERROR)
-        return
-    if not _positive([r for r in (base_ratio, head_ratio) if r is not None]):
-        _fail(cv, Kind.BAD_RATIO, f"vendor ratio not a finite number > 0 (base {base_ratio}, head {head_ratio})",
-              Status.ERROR)
-        return
-    if head_ratio < rule.floor and base_ratio is not None and base_ratio < rule.floor:
-        # the gate judges the change: a gap main already has is reported; max_drop still guards it
-        _warn(cv, Kind.KNOWN_GAP, f"vendor ratio {head_ratio:.2f} below the floor {rule.floor:.2f}, as on base "
-                                  f"({base_ratio:.2f}): a known gap, not this change")
-    elif head_ratio < rule.floor:
-        cv.below_floor = True
-        _fail(cv, Kind.BELOW_FLOOR, f"vendor ratio {head_ratio:.2f} below the floor {rule.floor:.2f}")
-    if base_ratio is not None and head_ratio < base_ratio * (1 - rule.max_drop):
-        cv.flagged = cv.over_threshold = cv.ratio_dropped = True
-        _fail(cv, Kind.RATIO_DROP, f"vendor ratio dropped {1 - head_ratio / base_ratio:.1%} "
-                                   f"({base_ratio:.3f} → {head_ratio:.3f}; max drop {rule.max_drop:.0%})")
 
 
 def recent_medians(history, case: tuple) -> list:
@@ -190,16 +122,17 @@ def recent_medians(history, case: tuple) -> list:
     return [(median(e.samples), commit) for e, commit in entries if e is not None and e.status == "ok" and e.samples]
 
 
-def _drift(cv: CaseVerdict, history, cfg: Config):
-    """Warn when head is slower than the best recent main-branch median."""
+def _drift(cv: CaseVerdict, history, cfg: Config, marks=()):
+    """Warn when head is slower than the best recent main-branch median (since the last accepted change)."""
     g = cfg.gate
+    history = acceptance.since_mark(history, cv.label, marks) if marks else history
     medians = recent_medians(history[-g.drift_lookback:], cv.case)
     if len(medians) < 2:
         return
     best = min(medians)[0]
     slower = cv.head_median_s / best - 1
     if slower >= g.drift_max_slowdown:
-        _warn(cv, Kind.DRIFT, f"drift: {slower:.1%} slower than the best of the last {len(medians)} main results "
+        warn(cv, Kind.DRIFT, f"drift: {slower:.1%} slower than the best of the last {len(medians)} main results "
                               f"({best * 1e6:.1f} µs)")
 
 
@@ -213,15 +146,16 @@ def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config, rule):
     agrees = _past(change, p, threshold, cfg.gate.alpha)
     cv.confirmation = {"change": change, "p_value": p, "agrees": agrees, "samples": (len(base_s), len(head_s))}
     if not agrees:
-        _warn(cv, Kind.NOT_CONFIRMED, f"not confirmed: interleaved re-measure shows {change:+.1%} (p = {p:.2g})")
+        warn(cv, Kind.NOT_CONFIRMED, f"not confirmed: interleaved re-measure shows {change:+.1%} (p = {p:.2g})")
     return agrees
 
 
 def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: str, *, history=(),
-             confirmations=None, envs=(None, None)) -> Verdict:
+             confirmations=None, envs=(None, None), marks=()) -> Verdict:
     """Compare head with base for every gated case.
 
-    ``history``: earlier main-branch results, oldest first, for the drift warning.
+    ``history``: earlier main-branch results, oldest first, for the drift warning; ``marks``: the accepted
+    changes on it (acceptance.since_mark).
     ``confirmations``: {case: (base_samples, head_samples)} from an interleaved
     re-measure; a flagged case without one fails (the report says so).
     ``envs``: base's and head's env sidecars, for the vendor kernels each ran.
@@ -250,30 +184,30 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
         b, h = base_t.get(key), head_t.get(key)
         if h is None and key not in listed:
             cv.status = Status.REMOVED
-            _warn(cv, Kind.REMOVED, f"in base, not in head: {unlisted}")
+            warn(cv, Kind.REMOVED, f"in base, not in head: {unlisted}")
         elif h is None:
-            _fail(cv, Kind.MISSING_IN_HEAD, "in base, not in head, and perf.yml still lists it: head was not "
+            fail(cv, Kind.MISSING_IN_HEAD, "in base, not in head, and perf.yml still lists it: head was not "
                                             "measured there (record head with the grid base was recorded with)",
                   Status.ERROR)
         elif h.status == "failed":
-            _fail(cv, Kind.FAILED_IN_HEAD, "benchmark failed in head (see the asv log sidecar)", Status.ERROR)
+            fail(cv, Kind.FAILED_IN_HEAD, "benchmark failed in head (see the asv log sidecar)", Status.ERROR)
         elif b is None or b.status != "ok":
             cv.status = Status.NO_BASELINE if h.status == "ok" else Status.SKIPPED
-            _warn(cv, Kind.NO_BASE, "new case: no base result" if b is None else f"base result is {b.status}")
+            warn(cv, Kind.NO_BASE, "new case: no base result" if b is None else f"base result is {b.status}")
         elif h.status == "skipped":
-            _fail(cv, Kind.SKIPPED_IN_HEAD, "measured in base but skipped in head", Status.ERROR)
+            fail(cv, Kind.SKIPPED_IN_HEAD, "measured in base but skipped in head", Status.ERROR)
         else:
             _latency(cv, b, h, cfg)
             if cv.status != Status.ERROR:
-                _drift(cv, history, cfg)
+                _drift(cv, history, cfg, marks)
         if key[0] == tilelang and cv.status in (Status.PASS, Status.NO_BASELINE):
             vendor = cfg.platform(platform).vendor
-            _ratio(cv, ok_value(base.entries(BENCH_RATIO).get(key)), ok_value(head.entries(BENCH_RATIO).get(key)),
+            judge_ratio(cv, ok_value(base.entries(BENCH_RATIO).get(key)), ok_value(head.entries(BENCH_RATIO).get(key)),
                    rule, cfg.platform(platform), [vendor_kernel(env, vendor, key) for env in envs])
         if cv.flagged and cv.status == Status.PASS:
             confirmation = (confirmations or {}).get(key)
-            if confirmation is not None and not all(s and _positive(s) for s in confirmation):
-                _fail(cv, Kind.BAD_REMEASURE, "the interleaved re-measure gave no samples or samples that are "
+            if confirmation is not None and not all(s and positive(s) for s in confirmation):
+                fail(cv, Kind.BAD_REMEASURE, "the interleaved re-measure gave no samples or samples that are "
                                               "not finite times > 0", Status.ERROR)
             elif confirmation is not None:
                 agrees = _apply_confirmation(cv, confirmation, cfg, rule)
@@ -281,9 +215,9 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
             elif cv.over_threshold:
                 cv.status = Status.REGRESSION
                 if confirmations is not None:
-                    _warn(cv, Kind.NO_REMEASURE, "no interleaved re-measure for this case")
+                    warn(cv, Kind.NO_REMEASURE, "no interleaved re-measure for this case")
             else:
-                _warn(cv, Kind.UNDER_THRESHOLD, f"{cv.change:+.1%}: past the {g.screen:.2%} screen, under the "
+                warn(cv, Kind.UNDER_THRESHOLD, f"{cv.change:+.1%}: past the {g.screen:.2%} screen, under the "
                                                 f"{g.threshold:.1%} threshold; not re-measured")
                 cv.reasons.clear()
         if cv.below_floor and cv.status in (Status.PASS, Status.NO_BASELINE):
@@ -304,3 +238,4 @@ def add_build_findings(verdict: Verdict, findings) -> Verdict:
     if verdict.outcome == Outcome.PASS and any(f.failed for f in findings):
         verdict.outcome = Outcome.REGRESSION
     return verdict
+

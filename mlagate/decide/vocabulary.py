@@ -2,6 +2,7 @@
 errors) whose kind code acts on and whose text people read."""
 
 import enum
+import math
 from dataclasses import dataclass
 
 from mlagate import exits
@@ -15,6 +16,7 @@ class Status(enum.StrEnum):
     NO_BASELINE = "no_baseline"  # new in head (or base's result failed): only the vendor rules judge it
     REMOVED = "removed"  # in base, not in head
     SKIPPED = "skipped"  # skipped in head, and base has no result to compare
+    ACCEPTED = "accepted"  # a regression within the base's perf-accept.yml entry for this commit
 
 
 class Outcome(enum.StrEnum):
@@ -44,6 +46,7 @@ class Kind(enum.StrEnum):
     MISSING_IN_HEAD = "missing_in_head"  # in base, absent from head, still listed in perf.yml
     BAD_REMEASURE = "bad_remeasure"
     NO_GATED_CASES = "no_gated_cases"  # a verdict error
+    NOT_ACCEPTED = "not_accepted"  # an acceptance names the case but does not cover it (too narrow, or PR-only)
     # warnings: reported, never a failure by themselves
     NO_VENDOR_KERNEL = "no_vendor_kernel"  # gated on latency alone
     KNOWN_GAP = "known_gap"  # below the floor, as base already was
@@ -54,12 +57,14 @@ class Kind(enum.StrEnum):
     UNDER_THRESHOLD = "under_threshold"  # past the screen, under the threshold, not re-measured
     REMOVED = "removed"
     NO_BASE = "no_base"  # a new case, or base's result is not ok
+    ACCEPTED = "accepted"  # the base's perf-accept.yml accepts this regression
     # verdict warnings, added by the gate pipeline
     UNCONFIRMED = "unconfirmed"  # cases were flagged and the gate ran without --confirm
     NO_BUILD_REPORT = "no_build_report"  # base has a build report, head has none
     UNREADABLE_RESULTS = "unreadable_results"  # of commits other than base and head
     UNLOCKED_CLOCKS = "unlocked_clocks"  # a side's GPU clocks were not locked (or not read) while it was recorded
     GPU_OUTLIER = "gpu_outlier"  # a side was recorded on GPUs that did not read alike
+    ACCEPT_UNREAD = "accept_unread"  # a side's perf-accept.yml could not be read (its commit is not in the clone)
 
 
 @dataclass(frozen=True)
@@ -70,3 +75,21 @@ class Note:
 
     def __str__(self) -> str:
         return self.text
+
+
+def positive(values) -> bool:
+    """Every value a finite number > 0 (times, ratios): NaN would pass every comparison below."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+               for v in values)
+
+
+def fail(cv, kind: Kind, text: str, status: Status | None = None):
+    """A reason against a case (verdict.CaseVerdict), and its status where the reason decides it."""
+    cv.reasons.append(Note(kind, text))
+    if status is not None:
+        cv.status = status
+
+
+def warn(cv, kind: Kind, text: str):
+    """A warning on a case: shown, never failing it."""
+    cv.warnings.append(Note(kind, text))

@@ -19,7 +19,8 @@ from mlagate.report.plots import distributions_png
 from mlagate.report.text import ICON, TITLE
 from mlagate.store.results_file import BENCH_TIME
 
-ORDER = (Status.REGRESSION, Status.ERROR, Status.PASS, Status.NO_BASELINE, Status.SKIPPED, Status.REMOVED)
+ORDER = (Status.REGRESSION, Status.ERROR, Status.ACCEPTED, Status.PASS, Status.NO_BASELINE, Status.SKIPPED,
+         Status.REMOVED)
 RESOURCES = (("registers", "registers"), ("spill_stores", "spill stores B"), ("spill_loads", "spill loads B"),
              ("smem", "shared memory B"), ("blocks_per_sm", "blocks/SM"))
 

@@ -3,7 +3,7 @@
 import itertools
 import math
 
-from mlagate.case import DENSE, Case
+from mlagate.case import DENSE, WORKLOAD_TAG_MARK, Case
 from mlagate.measure import metrics
 
 
@@ -49,6 +49,15 @@ def tflops_png(path, cfg, results, arch) -> None:
     peak = cfg.peaks(arch)
     for ax, (h, (batch, dtype)) in zip(axes.flat, itertools.product(heads, columns)):
         panel = [r for r in results if (r.case.heads, r.case.batch, r.case.dtype) == (h, batch, dtype)]
+        title = f"{h} heads, batch {batch}, {dtype}"
+        if len({r.case.seqlen for r in panel}) == 1:  # one point per line says nothing a table does not
+            seqlen = panel[0].case.seqlen
+            rows = [[impl, f"{r.tflops:.1f}"] for impl in impl_order(cfg, [c.impl for c in cases])
+                    for r in panel if r.case.impl == impl and r.tflops is not None]
+            if peak:
+                rows.append(["roofline", f"{roofline(cfg, arch, batch, seqlen, dtype, h):.1f}"])
+            one_point_table(ax, rows, ["implementation", f"TFLOPs at seqlen {seqlen}"], title)
+            continue
         for impl in impl_order(cfg, [c.impl for c in cases]):
             pts = sorted((r.case.seqlen, r.tflops) for r in panel if r.case.impl == impl and r.tflops is not None)
             if pts:
@@ -60,12 +69,24 @@ def tflops_png(path, cfg, results, arch) -> None:
         ax.set_xscale("log", base=2)
         ax.set_xticks(seqlens, [str(s) for s in seqlens])
         ax.set_ylim(bottom=0)
-        ax.set(xlabel="seqlen", ylabel="TFLOPs", title=f"{h} heads, batch {batch}, {dtype}")
+        ax.set(xlabel="seqlen", ylabel="TFLOPs", title=title)
         ax.grid(True, alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
+    handles, labels = next((ax.get_legend_handles_labels() for ax in axes.flat if ax.lines), ([], []))
+    if handles:
+        fig.legend(handles, labels, loc="outside right upper", fontsize=8)
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def one_point_table(ax, rows, header, title) -> None:
+    """A panel whose every series has one point: its values as a table, under the panel's title."""
+    ax.axis("off")
+    ax.set_title(title, fontsize=9)
+    if rows:
+        t = ax.table(cellText=rows, colLabels=header, loc="upper center", cellLoc="left")
+        t.auto_set_font_size(False)
+        t.set_fontsize(8)
+        t.scale(1, 1.3)
 
 
 def ratio_png(path, cfg, results, platform) -> None:
@@ -80,11 +101,11 @@ def ratio_png(path, cfg, results, platform) -> None:
     ax.bar_label(bars, [f"{v:.2f}" for v in values], fontsize=8)
     ax.axhline(floor, color="C3", ls="--", label=f"gate floor {floor:.2f} (gate.vendor_ratio.{platform}.floor)")
     ax.axhline(1.0, color="grey", lw=1, label=f"= {vendor}")
-    ax.set_xticks(list(x), [f"h{h} b{b} s{s}\n{d}" + ("" if w == DENSE else f"\n{w}") for h, b, s, d, w, _ in cases],
-                  fontsize=8, rotation=30 if len(cases) > 4 else 0)
+    ticks = [f"h{h} b{b} s{s}\n{d}" + ("" if w == DENSE else f"\n{_name(w)}") for h, b, s, d, w, _ in cases]
+    ax.set_xticks(list(x), ticks, fontsize=8, rotation=30 if len(cases) > 4 else 0)
     ax.set_ylim(0, max([1.1, *values]) * 1.12)
     ax.set(ylabel=f"TFLOPs {impl} / {vendor}", title=f"{impl} vs {vendor} per case")
-    fig.legend(loc="outside right upper", fontsize=8)
+    fig.legend(loc="outside lower center", ncols=2, fontsize=8)  # below the axes: never over the title
     ax.grid(True, axis="y", alpha=0.3)
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -100,6 +121,12 @@ def trend_png(path, cfg, commits, series) -> None:
                              layout="constrained")
     labels = [c.commit[:8] for c in commits]
     for ax, (batch, seqlen, dtype, heads, workload) in zip(axes.flat, panels):
+        title = f"h{heads} b{batch} s{seqlen} {dtype}" + ("" if workload == DENSE else f" {_name(workload)}")
+        if len(commits) == 1:  # one commit: each line would be one point
+            rows = [[impl, f"{values[0] * 1e6:.1f}"] for impl in impl_order(cfg, [c.impl for c in series])
+                    if (values := series.get(Case(impl, batch, seqlen, dtype, heads, workload))) and values[0]]
+            one_point_table(ax, rows, ["implementation", f"median µs, {labels[0]}"], title)
+            continue
         for impl in impl_order(cfg, [c.impl for c in series]):
             values = series.get(Case(impl, batch, seqlen, dtype, heads, workload))
             if values:
@@ -107,15 +134,20 @@ def trend_png(path, cfg, commits, series) -> None:
                         ms=4, color=_colors(cfg).get(impl), label=impl)
         ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
         ax.set_ylim(bottom=0)
-        ax.set_title(f"h{heads} b{batch} s{seqlen} {dtype}" + ("" if workload == DENSE else f" {workload}"), fontsize=9)
+        ax.set_title(title, fontsize=9)
         ax.set_ylabel("median µs", fontsize=8)
         ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="outside right upper", fontsize=8)
+    handles, names = next((ax.get_legend_handles_labels() for ax in axes.flat if ax.lines), ([], []))
+    if handles:
+        fig.legend(handles, names, loc="outside right upper", fontsize=8)
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _name(workload: str) -> str:
+    return workload.partition(WORKLOAD_TAG_MARK)[0]  # the digest of its definition is in the data
 
 
 def calibration_plot(curves, path, *, threshold, measured=()) -> str:

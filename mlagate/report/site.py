@@ -19,9 +19,8 @@ from urllib.parse import quote
 
 from mlagate import gitops
 from mlagate.case import PARAM_NAMES, Case, CaseResult, RunStatus
-from mlagate.decide import verdict
-from mlagate.decide.vocabulary import Outcome
 from mlagate.measure import environment
+from mlagate.report import history
 from mlagate.report.page import STYLE, escape, table
 from mlagate.report.plots import impl_order, ratio_png, tflops_png, trend_png
 from mlagate.store import record as recorder
@@ -196,52 +195,23 @@ def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, i
     def cell(case):
         return _cell(by_case.get(case), asv_url(BENCH_TFLOPS, machine, case) if case in in_asv else None)
 
-    body = [[*(escape(str(v)) for v in point)] + [cell(Case(i, *point)) for i in impls]
+    body = [[*(escape(str(v)) for v in point[:-1]), escape(history.workload_name(Case("", *point)))]
+            + [cell(Case(i, *point)) for i in impls]
             for point in sorted({c.key[1:] for c in by_case}, key=lambda p: (p[3], p[0], p[1], p[2]))]
     html_.append("<p>TFLOPs per case, <small>× vendor</small> beside it; a link opens the case's history in asv."
                  "</p>" + table([*PARAM_NAMES[1:], *map(escape, impls)], body, "cases"))
     return "".join(html_)
 
 
-def gate_marks(cfg, history: list, envs: dict) -> dict:
-    """commit -> (outcome, drift count): the gate's rules on each commit against the one recorded before it,
-    from the stored samples alone (no interleaved re-measure), with the commits before it as drift history."""
-    marks = {}
-    for i in range(1, len(history)):
-        platform = (envs.get(history[i].commit) or {}).get("platform")
-        if platform in cfg.platforms:
-            v = verdict.evaluate(history[i - 1], history[i], cfg, platform, history=history[:i])
-            marks[history[i].commit] = (v.outcome, sum(1 for c in v.cases if c.drift))
-    return marks
-
-
-def _mark(commit, marks) -> str:
-    outcome, drifts = marks.get(commit, (None, 0))
-    text = {Outcome.REGRESSION: ' <span class="bad">✗ gate</span>', Outcome.ERROR: ' <span class="bad">⛔ gate</span>'}
-    return text.get(outcome, "") + (f" <small>drift ×{drifts}</small>" if drifts else "")
-
-
-def trend_section(cfg, out: Path, recent: list, machine: str, marks: dict) -> str:
-    """The median latency of every case over the recent commits (oldest first)."""
-    series = {}
-    for i, r in enumerate(recent):
-        for key, entry in r.entries(BENCH_TIME).items():
-            series.setdefault(Case(*key), [None] * len(recent))[i] = ok_value(entry)
-    trend_png(out / "trend.png", cfg, recent, series)
-    order = {impl: n for n, impl in enumerate(impl_order(cfg, [c.impl for c in series]))}
-    body = [[f'<a href="{escape(asv_url(BENCH_TIME, machine, c))}">{escape(c.impl)}</a>', *map(escape, c.key[1:])]
-            + [f"{v * 1e6:.1f}" if v is not None else '<span class="na">—</span>' for v in values]
-            for c, values in sorted(series.items(), key=lambda kv: (order[kv[0].impl], kv[0].key[1:]))]
+def trend_section(cfg, out: Path, recent: list, machine: str, marks: dict, offline: bool) -> str:
+    """The trend figure, then the trend table and a page per case (report.history)."""
+    trend_png(out / "trend.png", cfg, recent, history.series_of(recent))
     branches = ", ".join(json.loads((gitops.REPO / "asv.conf.json").read_text()).get("branches", []))
-    return (f"<h2>Trend: the last {len(recent)} commits recorded on {escape(machine)}</h2>"
-            '<figure><img src="trend.png" alt="median latency per commit for each case"><figcaption>Median '
-            "latency (µs) per commit, ordered by commit date. asv's graphs show only the commits on "
-            f"{escape(branches)}.</figcaption></figure>"
-            + "<p>Under each commit: <span class=\"bad\">✗ gate</span> where the gate's rules fail it against the "
-            "commit recorded before it (stored samples, no re-measure), and how many cases drifted from the best "
-            "recent result.</p>"
-            + table([*PARAM_NAMES, *(f"<code>{r.commit[:8]}</code>{_mark(r.commit, marks)}" for r in recent)],
-                    body, "trend"))
+    figure = ('<figure><img src="trend.png" alt="median latency per commit for each case"><figcaption>Median '
+              "latency (µs) per commit, ordered by commit date. asv's graphs show only the commits on "
+              f"{escape(branches)}.</figcaption></figure>")
+    return history.trend_section(cfg, out, recent, machine, marks, lambda impls: impl_order(cfg, impls),
+                                 (lambda case: asv_url(BENCH_TIME, machine, case)) if offline else None, figure)
 
 
 PAGE = """<!DOCTYPE html>
@@ -266,12 +236,12 @@ def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_js
 
     store = Store(results)
     machine = pick_machine(store, machine)
-    history = list(store.load_all(machine).values())
-    if not history:
+    recorded = list(store.load_all(machine).values())
+    if not recorded:
         raise StoreError(f"{results / machine}: no readable results to report")
-    envs = {r.commit: store.read_sidecar(machine, r.commit, "env") for r in history}
-    history.sort(key=lambda r: (r.date, ((envs[r.commit] or {}).get("start") or {}).get("time") or "", r.commit))
-    newest = history[-1]
+    envs = {r.commit: store.read_sidecar(machine, r.commit, "env") for r in recorded}
+    recorded.sort(key=lambda r: (r.date, ((envs[r.commit] or {}).get("start") or {}).get("time") or "", r.commit))
+    newest = recorded[-1]
     out.mkdir(parents=True, exist_ok=True)
     offline = publish_asv(results, out / "asv", repo)
 
@@ -282,17 +252,19 @@ def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_js
         source = f"full-grid bench <code>{escape(Path(bench_json).name)}</code>"
     else:
         rows, source = commit_rows(newest), f"asv results of <code>{newest.commit[:8]}</code>"
-    in_asv = {Case(*key) for r in history for key in r.entries(BENCH_TIME)}
+    in_asv = {Case(*key) for r in recorded for key in r.entries(BENCH_TIME)}
     links = " · ".join(['<a href="asv/index.html">all benchmarks</a>']
                        + [f'<a href="{escape(asv_url(b, machine))}">{escape(b)}</a>' for b in (BENCH_TIME, BENCH_TFLOPS,
                                                                                       BENCH_RATIO)])
-    if not offline:
-        links += (f' <span class="na">(they load their scripts from CDNs; install {DEBIAN_PACKAGES} before '
-                  "`mlagate report` to serve them offline)</span>")
-    marks = gate_marks(cfg, history[-(last + cfg.gate.drift_lookback):], envs)  # shown commits + drift's lookback
+    if not offline:  # link no page that stays blank here: the trend table and the case pages stand alone
+        in_asv = set()
+        links = (f'<span class="na">not linked: they load their scripts from CDNs (install {DEBIAN_PACKAGES} '
+                 "before `mlagate report` to serve them offline); the trend below and its case pages need none"
+                 "</span>")
+    marks = history.gate_marks(cfg, recorded[-(last + cfg.gate.drift_lookback):], envs)  # + drift's lookback
     page = PAGE.format(style=STYLE, machine=escape(machine), run_line=run_line(runs[0][1]), commit=newest.commit[:8],
-                       count=len(history), links=links, env=env_table(runs),
+                       count=len(recorded), links=links, env=env_table(runs),
                        sections=newest_section(cfg, out, rows, runs[0][1] or {}, source, machine, in_asv)
-                       + trend_section(cfg, out, history[-last:], machine, marks))
+                       + trend_section(cfg, out, recorded[-last:], machine, marks, offline))
     (out / "index.html").write_text(page)
     return [str(p) for p in store.problems]

@@ -2,7 +2,7 @@
 
 from dataclasses import fields, is_dataclass
 
-from mlagate.decide.vocabulary import Note, Outcome, Status
+from mlagate.decide.vocabulary import Kind, Note, Outcome, Status
 from mlagate.measure.clocks import locked_from_clocks
 from mlagate.report.build_report import FINDING_ICON
 
@@ -38,7 +38,8 @@ def bench_table(results, *, vendor: str | None = None):
 # -- the gate ------------------------------------------------------------------
 
 ICON = {Status.PASS: "✅ pass", Status.REGRESSION: "❌ regression", Status.ERROR: "⛔ error",
-        Status.NO_BASELINE: "🆕 no baseline", Status.REMOVED: "➖ removed", Status.SKIPPED: "⏭ skipped"}
+        Status.NO_BASELINE: "🆕 no baseline", Status.REMOVED: "➖ removed", Status.SKIPPED: "⏭ skipped",
+        Status.ACCEPTED: "☑️ accepted"}
 TITLE = {Outcome.PASS: "✅ MLA decode perf gate: pass", Outcome.REGRESSION: "❌ MLA decode perf gate: regression",
          Outcome.ERROR: "⛔ MLA decode perf gate: error (fails closed)"}
 FAILING = (Status.REGRESSION, Status.ERROR)
@@ -60,8 +61,13 @@ def _texts(notes) -> str:
     return "; ".join(n.text for n in notes)
 
 
-def gate_markdown(verdict, *, plot: str | None = None, vendor: str = "vendor", page: str | None = None) -> str:
-    lines = [f"## {TITLE[verdict.outcome]}", "",
+def gate_markdown(verdict, *, plot: str | None = None, vendor: str = "vendor", page: str | None = None,
+                  review=None) -> str:
+    """The job summary: the outcome, one summary line, why, what changed and how to reproduce it up front;
+    every case, the compiler resources and the notes folded. ``review``: report.review.Review, or None."""
+    from mlagate.report import review as reviewer
+
+    lines = [f"## {TITLE[verdict.outcome]}", "", reviewer.summary(verdict), "",
              f"base `{verdict.base[:10]}` · head `{verdict.head[:10]}` · platform `{verdict.platform}`", ""]
     for e in verdict.errors:
         lines.append(f"- ⛔ {e.text}")
@@ -74,25 +80,40 @@ def gate_markdown(verdict, *, plot: str | None = None, vendor: str = "vendor", p
                 lines.append(f"  - confirmed by interleaved re-measure: {c.confirmation['change']:+.1%} "
                              f"(p = {c.confirmation['p_value']:.1e}, {c.confirmation['samples'][0]}+"
                              f"{c.confirmation['samples'][1]} samples)")
-    lines += ["", f"| case | base µs | head µs | change | p (slower) | TFLOPs ratio vs {vendor} | verdict |",
+    lines += reviewer.sections(verdict, review)
+    accepted = [c for c in verdict.cases if c.status == Status.ACCEPTED]
+    if accepted:
+        lines += ["", "### Accepted changes (the base's perf-accept.yml)", ""]
+        lines += [f"- **{c.label}**: {next(w.text for w in c.warnings if w.kind == Kind.ACCEPTED)}"
+                  for c in accepted]
+    lines += ["", f"<details><summary>All {len(verdict.cases)} cases</summary>", "",
+              f"| case | base µs | head µs | change | p (slower) | TFLOPs ratio vs {vendor} | verdict |",
               "|---|---:|---:|---:|---:|---:|---|"]
     for c in verdict.cases:
         change = "—" if c.change is None else f"{c.change:+.1%}"
         p = "—" if c.p_value is None else f"{c.p_value:.1e}"
         lines.append(f"| {c.label} | {_us(c.base_median_s)} | {_us(c.head_median_s)} | {change} | {p} | "
                      f"{_ratio_cell(c)} | {ICON[c.status]} |")
+    lines += ["", "</details>"]
     if verdict.build_findings:
-        lines += ["", "### Compiler resources", ""]
+        failed = sum(f.failed for f in verdict.build_findings)
+        lines += ["", "### Compiler resources", "",
+                  f"<details{' open' if failed else ''}><summary>{len(verdict.build_findings)} findings, "
+                  f"{failed} failing</summary>", ""]
         lines += [f"- {FINDING_ICON[f.status]} `{f.target}` [{f.rule}] {f.message}"
                   for f in sorted(verdict.build_findings, key=lambda f: not f.failed)]
-    notes = [(c.label, w) for c in verdict.cases for w in c.warnings] + [("", w) for w in verdict.warnings]
+        lines += ["", "</details>"]
+    notes = [(c.label, w) for c in verdict.cases for w in c.warnings if w.kind != Kind.ACCEPTED] + \
+        [("", w) for w in verdict.warnings]
     if notes:
-        lines += ["", "### Notes", ""] + [f"- {label + ': ' if label else ''}{w.text}" for label, w in notes]
-    if page:
-        lines += ["", f"Every sample, each change's interval and the compiler resources that moved: `{page}` "
-                  "beside this file (in CI: the run's `perf-gate` artifact)."]
-    if plot:
-        lines += ["", f"![TFLOPs vs seqlen]({plot})"]
+        lines += ["", "### Notes", "", f"<details><summary>{len(notes)} notes</summary>", ""]
+        lines += [f"- {label + ': ' if label else ''}{w.text}" for label, w in notes] + ["", "</details>"]
+    beside = [f"`{name}`" for name in (page, plot) if name]
+    if beside:
+        # a job summary or PR comment shows no relative image: the files travel in the run's artifact
+        lines += ["", f"Every sample, each change's interval and the compiler resources that moved "
+                  f"({' and the TFLOPs-vs-seqlen plot '.join(beside)}): beside this file; in CI, the run's "
+                  "`perf-gate` artifact (listed at the bottom of the run's summary page)."]
     return "\n".join(lines) + "\n"
 
 
@@ -109,8 +130,11 @@ def _plain(value):
     return value
 
 
-def verdict_dict(verdict) -> dict:
-    d = _plain(verdict)
+def verdict_dict(verdict, review=None) -> dict:
+    """verdict.json: the verdict, and the reviewer fields (report.review.fields) the PR comment shows."""
+    from mlagate.report import review as reviewer
+
+    d = {**_plain(verdict), **reviewer.fields(verdict, review)}
     for case, cv in zip(d["cases"], verdict.cases):
         case["drift"] = cv.drift.text if cv.drift else None
     d["exit_code"] = verdict.exit_code
