@@ -78,7 +78,7 @@ class Note:
 
 
 def positive(values) -> bool:
-    """Every value a finite number > 0 (times, ratios): NaN would pass every comparison below."""
+    """Every value a finite number > 0 (times, ratios): NaN would pass every comparison of the rules."""
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
                for v in values)
 
