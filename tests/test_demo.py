@@ -157,6 +157,7 @@ def pages(demo_out):
     return demo_out  # conftest's browser serves it
 
 
+@pytest.mark.slow  # opens every page the demo links (a page per case): ~40 s of Chromium
 @pytest.mark.parametrize("page", ["gate/comparison.html", "report/index.html"])
 def test_pages_load_cleanly_link_nowhere_dead_and_read_at_a_narrow_width(browser, page):
     from test_report_browser import ARTIFACTS, _assert_clean
