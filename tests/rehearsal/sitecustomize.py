@@ -20,8 +20,6 @@ MLAGATE_REHEARSAL set. What stands in, and nothing more:
 """
 
 import functools
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
@@ -152,27 +150,21 @@ PATCHES = {"torch": patch_torch, "mlagate.measure.timer": patch_timer,
            "mlagate.kernels.mla_decode": patch_kernels, "mlagate.measure.impls": patch_impls, "aiter": None}
 
 
-class PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Applies PATCHES to a module right after it first executes."""
+def _patched(name):
+    """Runs a module of PATCHES, then patches it (aiter: its import under the Triton stub, then the wheel check)."""
+    def exec_module(module, run):
+        if name == "aiter":
+            patch_aiter_import(run)
+            return assert_the_wheel(module)
+        run()
+        PATCHES[name](module)
 
-    def find_spec(self, name, path, target=None):
-        if name not in PATCHES:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return None
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            if name == "aiter":
-                patch_aiter_import(lambda: run(module))
-                return assert_the_wheel(module)
-            run(module)
-            PATCHES[name](module)
-
-        spec.loader.exec_module = exec_module
-        return spec
+    return exec_module
 
 
 if os.environ.get("MLAGATE_REHEARSAL"):
-    sys.meta_path.insert(0, PatchAfterImport())
+    sys.path.append(TESTS := str(Path(__file__).resolve().parent.parent))
+    from module_hooks import AroundExec  # tests/ on the path for this import alone
+
+    sys.path.remove(TESTS)
+    sys.meta_path.insert(0, AroundExec({name: _patched(name) for name in PATCHES}))
