@@ -61,6 +61,7 @@ from workflow_helpers import (
     named_volumes,
     script_lines,
     self_hosted,
+    self_hosted_jobs,
     service_mounts,
     step_label,
     steps,
@@ -390,9 +391,7 @@ def artifact_violations(workflows):
 
 def compose_config_violations(workflows):
     found = []
-    for file, workflow, job_name, job in jobs(workflows):
-        if not self_hosted(job):
-            continue
+    for file, workflow, job_name, job in self_hosted_jobs(workflows):
         for step, state in workspace_timeline(job, pr_job=is_pr(workflow)):
             where = step_label(file, job_name, step)
             for call in compose_calls(step.get("run", ""), {}):
@@ -497,9 +496,7 @@ def effective_services(call, shell_env, workspace, trusted_compose):
 
 def host_read_violations(workflows):
     found = []
-    for file, workflow, job_name, job in jobs(workflows):
-        if not self_hosted(job):
-            continue
+    for file, workflow, job_name, job in self_hosted_jobs(workflows):
         for step, state in workspace_timeline(job, pr_job=is_pr(workflow)):
             where = step_label(file, job_name, step)
             uses = str(step.get("uses", ""))
@@ -552,9 +549,7 @@ def approval_violations(workflows):
 
 def runner_group_violations(workflows):
     found = []
-    for file, workflow, job_name, job in jobs(workflows):
-        if not self_hosted(job):
-            continue
+    for file, workflow, job_name, job in self_hosted_jobs(workflows):
         runs_on = job.get("runs-on")
         group = runs_on.get("group") if isinstance(runs_on, dict) else None
         wanted = RUNNER_GROUPS["pr" if is_pr(workflow) else "trusted"]

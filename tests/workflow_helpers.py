@@ -77,6 +77,11 @@ def self_hosted(job):
     return "self-hosted" in str(job.get("runs-on", ""))
 
 
+def self_hosted_jobs(workflows):
+    """jobs(), the self-hosted ones only: the jobs the runner-boundary rules are about."""
+    return ((file, workflow, name, job) for file, workflow, name, job in jobs(workflows) if self_hosted(job))
+
+
 def env_of(workflow, job, step=None):
     return {k: str(v) for k, v in {**(workflow.get("env") or {}), **(job.get("env") or {}),
                                    **((step or {}).get("env") or {})}.items()}
