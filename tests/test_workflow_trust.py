@@ -59,6 +59,7 @@ from workflow_helpers import (
     merge,
     mounts_docker_socket,
     named_volumes,
+    pr_jobs,
     script_lines,
     self_hosted,
     self_hosted_jobs,
@@ -161,9 +162,7 @@ def config_owner(call, state):
 def socket_violations(workflows, compose):
     services = compose["services"]
     found = []
-    for file, workflow, job_name, job in jobs(workflows):
-        if not is_pr(workflow):
-            continue
+    for file, workflow, job_name, job in pr_jobs(workflows):
         for step, state in workspace_timeline(job, pr_job=True):
             script = step.get("run", "")
             where = step_label(file, job_name, step)
@@ -459,9 +458,7 @@ def pr_container_violations(workflows, compose):
     """Every service a PR job runs where the PR's files are, as the compose file it reads defines it."""
     services = compose["services"]
     found = []
-    for file, workflow, job_name, job in jobs(workflows):
-        if not is_pr(workflow):
-            continue
+    for file, workflow, job_name, job in pr_jobs(workflows):
         for step, state in workspace_timeline(job, pr_job=True):
             if owner_of(state["owners"], ".") == "trusted":
                 continue

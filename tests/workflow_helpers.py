@@ -77,6 +77,11 @@ def self_hosted(job):
     return "self-hosted" in str(job.get("runs-on", ""))
 
 
+def pr_jobs(workflows):
+    """jobs(), those of the workflows pull requests trigger only: where the PR's code runs."""
+    return ((file, workflow, name, job) for file, workflow, name, job in jobs(workflows) if is_pr(workflow))
+
+
 def self_hosted_jobs(workflows):
     """jobs(), the self-hosted ones only: the jobs the runner-boundary rules are about."""
     return ((file, workflow, name, job) for file, workflow, name, job in jobs(workflows) if self_hosted(job))
