@@ -1,13 +1,22 @@
 """TileLang FlashMLA decode: one builder, one tile config per architecture.
 
-DeepSeek MLA decode attends one query token per sequence (``heads`` query heads
-of dim 512 + 64 RoPE) to a single shared latent KV head. Every launch is
+DeepSeek MLA decode attends ``s_q`` new query tokens per sequence (1, or 2-4 with
+multi-token prediction), each of ``heads`` query heads of dim 512 + 64 RoPE, to a
+single shared latent KV head. The s_q x heads query rows of a sequence share one
+pass over its cache: they fold into the head block as rows (token-major), causal
+among the new tokens, which are the cache's last s_q positions (FlashMLA's
+``causal=True``): token i sees positions 0 .. seqlen - s_q + i. Every launch is
 specialised on the problem shape, as in TileLang's own examples.
 
 Split-KV (FlashDecoding): ``num_split`` blocks share one (batch, head block);
 each writes a partial output and its log2-sum-exp, and a combine kernel merges
 them with max-subtracted ``exp2`` weights. ``num_split == 1`` takes the
 no-split path. A sequence length that is not a multiple of the tile is masked.
+
+Masked scores are a finite ``MASKED`` rather than -inf: with s_q > 1 a row may see no token
+of a whole tile or split (token 0's row in a last split shorter than s_q), and a finite floor
+keeps its running max finite. Such a partial's log-sum-exp lies near MASKED, so the combine
+gives it weight exp2(MASKED - real) = 0.
 """
 
 import dataclasses
@@ -24,6 +33,11 @@ LN2 = 0.6931471805599453
 DTYPES = ("float16", "bfloat16")
 SCHEDULES = ("pipelined", "seesaw")
 PASS_CONFIGS = {tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True}
+# A masked score: finite after the softmax scale (~0.06), and a power of two, so MASKED x scale is exact and a row of
+# MASKED scores minus its MASKED max is exactly 0 under FMA contraction too (-1e30 gave a rounding error of ~1e21
+# there, whose exp2 is inf: NaN rows on the H200); exp2 of its difference to a real score is 0.
+MASKED = -2.0 ** 100
+MAX_S_Q = 8  # query tokens per sequence: 1, or MTP's 2-4 (speculative decoding rarely goes past 8)
 
 
 @dataclass(frozen=True)
@@ -34,11 +48,17 @@ class Shape:
     dtype: str = "float16"
     dim: int = 512
     pe_dim: int = 64
+    s_q: int = 1  # query tokens per sequence
 
     @property
     def scale(self) -> float:
         """Softmax scale folded with log2(e), so the kernel can use exp2."""
         return (self.dim + self.pe_dim) ** -0.5 * LOG2E
+
+    @property
+    def rows(self) -> int:
+        """Query rows per sequence, the M the kernels tile: s_q tokens x heads."""
+        return self.s_q * self.heads
 
     def check(self) -> None:
         for name in ("batch", "seqlen", "heads", "dim", "pe_dim"):
@@ -47,6 +67,21 @@ class Shape:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        check_s_q(self.s_q)
+        if self.seqlen < self.s_q:
+            raise ValueError(causal_refusal(self.seqlen, self.s_q))
+
+
+def check_s_q(s_q) -> None:
+    if not isinstance(s_q, int) or isinstance(s_q, bool) or not 1 <= s_q <= MAX_S_Q:
+        raise ValueError(f"s_q (query tokens per sequence) must be an integer in 1..{MAX_S_Q}, got {s_q!r}")
+
+
+def causal_refusal(seqlen: int, s_q: int) -> str:
+    """Why a cache of ``seqlen`` tokens cannot take ``s_q`` new ones: they are its last s_q positions, so the first
+    new token would see no token at all. Refused rather than given an empty softmax."""
+    return (f"seqlen: a cache of {seqlen} tokens is shorter than s_q = {s_q}; the s_q new tokens are the cache's "
+            f"last s_q positions, so it must hold at least s_q tokens")
 
 
 @dataclass(frozen=True)
@@ -100,15 +135,15 @@ class TileConfig:
                     raise ValueError(f"config {self.name}: the seesaw schedule takes {name}={value}, "
                                      f"got {getattr(self, name)!r}")
 
-    def refuses_heads(self, heads: int) -> str | None:
-        """Why this config cannot run ``heads`` query heads, or None. The pipelined schedule's head block
-        (block_H, or all heads where there are fewer) is the M of its score GEMM: whole 16-row MMA/MFMA
-        tiles, or TileLang stops while lowering ("M must be divisible by 16"). The seesaw pads its 64-row
-        tile, so it runs TP16's 8 heads."""
-        block_H = min(self.block_H, heads)
+    def refuses_rows(self, rows: int) -> str | None:
+        """Why this config cannot run ``rows`` query rows per sequence (s_q x heads), or None. The pipelined
+        schedule's head block (block_H rows, or all rows where there are fewer) is the M of its score GEMM: whole
+        16-row MMA/MFMA tiles, or TileLang stops while lowering ("M must be divisible by 16"). The seesaw pads its
+        64-row tile, so it runs TP16's 8 heads."""
+        block_H = min(self.block_H, rows)
         if self.schedule == "pipelined" and block_H % ROWS_PER_WARP:
-            return (f"config {self.name}: {heads} heads make a head block of {block_H} rows; the pipelined "
-                    f"schedule needs a multiple of {ROWS_PER_WARP} (one MMA row tile)")
+            return (f"config {self.name}: {rows} query rows (s_q x heads) make a head block of {block_H} rows; the "
+                    f"pipelined schedule needs a multiple of {ROWS_PER_WARP} (one MMA row tile)")
         return None
 
     def runs_on(self, arch: str) -> bool:
@@ -158,7 +193,7 @@ def resolve_num_split(shape: Shape, config: TileConfig, sm_count: int) -> int:
     (measured on an H200: docs/measurements.md, split probe, 2026-11-29)."""
     if config.num_split:
         return config.num_split
-    blocks = shape.batch * math.ceil(shape.heads / min(config.block_H, shape.heads))
+    blocks = shape.batch * math.ceil(shape.rows / min(config.block_H, shape.rows))
     split = 1
     while blocks * split < 0.9 * sm_count and split < 32:
         split *= 2
@@ -173,7 +208,7 @@ class Plan:
     config: TileConfig
     num_split: int  # splits that hold at least one token
     split_len: int  # tokens per split, a multiple of block_N
-    block_H: int  # the config's head block, or all heads when there are fewer
+    block_H: int  # the config's head block, or all query rows (s_q x heads) when there are fewer
     threads: int  # the config's threads, fewer where a small head block cannot feed them all
 
     @property
@@ -208,13 +243,13 @@ def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = Non
         raise ValueError(f"config {config.name}: the seesaw schedule is built for dim 512 + pe_dim 64 (DeepSeek's), "
                          f"got {shape.dim} + {shape.pe_dim}")
     config = kernel_config(shape, config)
-    refused = config.refuses_heads(shape.heads)
+    refused = config.refuses_rows(shape.rows)
     if refused:
         raise ValueError(refused)
-    block_H = min(config.block_H, shape.heads)
-    if shape.heads % block_H:
-        raise ValueError(f"heads ({shape.heads}) must be a multiple of the head block "
-                         f"block_H={config.block_H} (config {config.name})")
+    block_H = min(config.block_H, shape.rows)
+    if shape.rows % block_H:
+        raise ValueError(f"query rows ({shape.rows} = s_q {shape.s_q} x heads {shape.heads}) must be a multiple of "
+                         f"the head block block_H={config.block_H} (config {config.name})")
     base = arch.split(":")[0]
     sm_count = sm_count or SM_COUNT.get(base, 132)
     requested = resolve_num_split(shape, config, sm_count)
@@ -231,11 +266,14 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
 
     ``shape`` gives dtype, dim, pe_dim and scale (a Shape or a PagedShape). ``load_tile(KV, K_pe, Block_table,
     bx, start, seqlen, KV_shared, K_pe_shared)`` is a macro filling the shared K/V tiles with tokens start ..
-    start + block_N of sequence bx. ``masked``: scores of tokens at or past ``seqlen`` become -inf.
+    start + block_N of sequence bx. ``masked``: scores of tokens at or past ``seqlen`` become MASKED; with
+    s_q > 1 a tile holding one of the last s_q positions is masked causally (query row r is token r // heads: it sees
+    seqlen - s_q + 1 + r // heads positions), and a tail past seqlen with it.
     ``empty_splits``: a split may run no tile, so a zero logsum gives output 0 instead of 0 / 0.
     """
     dtype, accum = shape.dtype, "float32"
     dim, pe_dim, scale = shape.dim, shape.pe_dim, shape.scale
+    heads, s_q = shape.heads, shape.s_q
     block_N = config.block_N
     policy = getattr(T.GemmWarpPolicy, config.policy)
     in_shared = config.operands_in_shared
@@ -268,9 +306,14 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
             load_tile(KV, K_pe, Block_table, bx, start, seqlen, KV_shared, K_pe_shared)
             T.gemm(Q_buf, KV_shared, acc_s, transpose_B=True, policy=policy, clear_accum=True)
             T.gemm(Q_pe_buf, K_pe_shared, acc_s, transpose_B=True, policy=policy)
-            if masked:
+            if s_q > 1:
+                if start + block_N > seqlen - (s_q - 1):  # only a tile holding one of the last s_q positions
+                    for i, j in T.Parallel(block_H, block_N):
+                        acc_s[i, j] = T.if_then_else(start + j < seqlen - (s_q - 1) + (by * block_H + i) // heads,
+                                                     acc_s[i, j], MASKED)
+            elif masked:
                 for i, j in T.Parallel(block_H, block_N):
-                    acc_s[i, j] = T.if_then_else(start + j < seqlen, acc_s[i, j], -T.infinity(accum))
+                    acc_s[i, j] = T.if_then_else(start + j < seqlen, acc_s[i, j], MASKED)
             T.copy(scores_max, scores_max_prev)
             T.reduce_max(acc_s, scores_max, dim=1, clear=False)  # running max
             for i in T.Parallel(block_H):
@@ -356,12 +399,12 @@ def program(p: Plan):
     if p.config.schedule != "pipelined":
         return schedule_module(p.config.schedule).program(p)
     s, c = p.shape, p.config
-    batch, heads, seqlen, dim, pe_dim = s.batch, s.heads, s.seqlen, s.dim, s.pe_dim
+    batch, rows, seqlen, dim, pe_dim = s.batch, s.rows, s.seqlen, s.dim, s.pe_dim
     dtype, accum = s.dtype, "float32"
     block_N, block_H = c.block_N, p.block_H
     num_split, split_len = p.num_split, p.split_len
     blocks_per_split = split_len // block_N
-    head_blocks = heads // block_H
+    head_blocks = rows // block_H
     scale = s.scale
     in_shared = c.operands_in_shared
 
@@ -377,14 +420,14 @@ def program(p: Plan):
 
     @T.prim_func
     def main_split(
-            Q: T.Tensor([batch, heads, dim], dtype),
-            Q_pe: T.Tensor([batch, heads, pe_dim], dtype),
+            Q: T.Tensor([batch, rows, dim], dtype),
+            Q_pe: T.Tensor([batch, rows, pe_dim], dtype),
             KV: T.Tensor([batch, seqlen, 1, dim], dtype),
             K_pe: T.Tensor([batch, seqlen, 1, pe_dim], dtype),
-            glse: T.Tensor([batch, heads, num_split], accum),
-            O_partial: T.Tensor([batch, heads, num_split, dim], accum),
-            Output: T.Tensor([batch, heads, dim], dtype),
-            Lse: T.Tensor([batch, heads], accum),
+            glse: T.Tensor([batch, rows, num_split], accum),
+            O_partial: T.Tensor([batch, rows, num_split, dim], accum),
+            Output: T.Tensor([batch, rows, dim], dtype),
+            Lse: T.Tensor([batch, rows], accum),
     ):
         with T.Kernel(batch, head_blocks, num_split, threads=p.threads) as (bx, by, bz):
             acc_o = T.alloc_fragment([block_H, dim], accum)
@@ -398,17 +441,17 @@ def program(p: Plan):
             T.copy(logsum, glse[bx, by * block_H:(by + 1) * block_H, bz])
             T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
 
-        with T.Kernel(heads, batch, threads=128) as (hid, bid):
+        with T.Kernel(rows, batch, threads=128) as (hid, bid):
             combine(glse, O_partial, Output, Lse, bid, hid, num_split)
 
     @T.prim_func
     def main_no_split(
-            Q: T.Tensor([batch, heads, dim], dtype),
-            Q_pe: T.Tensor([batch, heads, pe_dim], dtype),
+            Q: T.Tensor([batch, rows, dim], dtype),
+            Q_pe: T.Tensor([batch, rows, pe_dim], dtype),
             KV: T.Tensor([batch, seqlen, 1, dim], dtype),
             K_pe: T.Tensor([batch, seqlen, 1, pe_dim], dtype),
-            Output: T.Tensor([batch, heads, dim], dtype),
-            Lse: T.Tensor([batch, heads], accum),
+            Output: T.Tensor([batch, rows, dim], dtype),
+            Lse: T.Tensor([batch, rows], accum),
     ):
         with T.Kernel(batch, head_blocks, threads=p.threads) as (bx, by):
             acc_o = T.alloc_fragment([block_H, dim], accum)
@@ -470,7 +513,7 @@ def device_arch(device) -> str:
 
 class CompiledProgram:
     """A plan's TileLang program compiled for ``arch`` (either decode kernel's), with the split path's
-    workspace per device: partial lse [batch, heads, num_split] and outputs [..., dim], float32."""
+    workspace per device: partial lse [batch, rows, num_split] and outputs [..., dim], float32."""
 
     def __init__(self, p, build, arch: str):
         self.plan = p
@@ -484,8 +527,8 @@ class CompiledProgram:
         if device not in self._workspace:
             s, n = self.plan.shape, self.plan.num_split
             self._workspace[device] = (
-                torch.empty(s.batch, s.heads, n, device=device, dtype=torch.float32),
-                torch.empty(s.batch, s.heads, n, s.dim, device=device, dtype=torch.float32),
+                torch.empty(s.batch, s.rows, n, device=device, dtype=torch.float32),
+                torch.empty(s.batch, s.rows, n, s.dim, device=device, dtype=torch.float32),
             )
         return self._workspace[device]
 
@@ -496,6 +539,13 @@ class CompiledProgram:
         return out, lse
 
 
+def as_rows(t, dims: int):
+    """The kernels' view of a query-side tensor: [batch, s_q, heads, ...] as [batch, s_q x heads, ...] (one row per
+    query token and head, token-major); a tensor of ``dims`` dimensions (s_q = 1: q [batch, heads, d], lse
+    [batch, heads]) as it is."""
+    return t if t.dim() == dims else t.flatten(1, 2)
+
+
 class CompiledDecode(CompiledProgram):
     """The dense kernel compiled for one (shape, config)."""
 
@@ -503,8 +553,9 @@ class CompiledDecode(CompiledProgram):
         super().__init__(plan(shape, config, arch, sm_count), program, arch)
 
     def __call__(self, q, q_pe, kv, k_pe, out, lse):
-        """Launch on checked inputs; writes ``out`` and ``lse`` in place."""
-        return self.launch((q, q_pe, kv, k_pe), out, lse)
+        """Launch on checked inputs; writes ``out`` and ``lse`` in place. q, q_pe and out may be 3-D or
+        [batch, s_q, heads, d], lse [batch, heads] or [batch, s_q, heads]: the kernel reads the rows view."""
+        return self.launch((as_rows(q, 3), as_rows(q_pe, 3), kv, k_pe), as_rows(out, 3), as_rows(lse, 2))
 
 
 _compiled: dict = {}
@@ -534,10 +585,29 @@ def check_device(named: dict) -> None:
             raise ValueError(f"{name}: on {t.device}, but q is on {q.device}; all inputs must share one device")
 
 
+def check_query(named: dict) -> tuple[int, int, int, int, int]:
+    """q and q_pe's layout, either [batch, heads, d] (one query token per sequence) or [batch, s_q, heads, d]:
+    (batch, s_q, heads, dim, pe_dim). Names the rule broken."""
+    q, q_pe = named["q"], named["q_pe"]
+    if q.dim() not in (3, 4):
+        raise ValueError(f"q: must be [batch, heads, dim] or [batch, s_q, heads, dim], got shape {tuple(q.shape)}")
+    if q_pe.dim() != q.dim():
+        raise ValueError(f"q_pe: must have q's {q.dim()} dimensions, got shape {tuple(q_pe.shape)}")
+    batch, s_q, heads, dim = q.shape if q.dim() == 4 else (q.shape[0], 1, *q.shape[1:])
+    check_s_q(s_q)
+    pe_dim = q_pe.shape[-1]
+    if tuple(q_pe.shape[:-1]) != tuple(q.shape[:-1]):
+        raise ValueError(f"q_pe: shape must be {(*q.shape[:-1], pe_dim)} to match q {tuple(q.shape)}, "
+                         f"got {tuple(q_pe.shape)}")
+    if batch < 1:
+        raise ValueError(f"q: batch must be >= 1, got {batch}")
+    return batch, s_q, heads, dim, pe_dim
+
+
 def check_inputs(q, q_pe, kv, k_pe) -> Shape:
     """Validate decode inputs before any launch; returns their Shape.
 
-    Layout: q [batch, heads, dim], q_pe [batch, heads, pe_dim],
+    Layout: q [batch, heads, dim] or [batch, s_q, heads, dim], q_pe likewise with pe_dim,
     kv [batch, seqlen, 1, dim], k_pe [batch, seqlen, 1, pe_dim].
     """
     import torch
@@ -551,20 +621,18 @@ def check_inputs(q, q_pe, kv, k_pe) -> Shape:
     for name, t in named.items():
         if t.dtype != q.dtype:
             raise ValueError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}; all inputs must share one dtype")
-    for name, ndim in (("q", 3), ("q_pe", 3), ("kv", 4), ("k_pe", 4)):
-        if named[name].dim() != ndim:
-            raise ValueError(f"{name}: must have {ndim} dimensions, got shape {tuple(named[name].shape)}")
-    batch, heads, dim = q.shape
+    for name in ("kv", "k_pe"):
+        if named[name].dim() != 4:
+            raise ValueError(f"{name}: must have 4 dimensions, got shape {tuple(named[name].shape)}")
+    batch, s_q, heads, dim, pe_dim = check_query(named)
     seqlen, kv_heads = kv.shape[1], kv.shape[2]
-    pe_dim = q_pe.shape[2]
-    if batch < 1:
-        raise ValueError(f"q: batch must be >= 1, got {batch}")
     if seqlen < 1:
         raise ValueError(f"kv: seqlen (dimension 1) must be >= 1, got {seqlen}")
     if kv_heads != 1:
         raise ValueError(f"kv: MLA decode shares one latent KV head (dimension 2 must be 1), got {kv_heads}")
+    if seqlen < s_q:
+        raise ValueError(f"kv: {causal_refusal(seqlen, s_q)}")
     expected = {
-        "q_pe": (batch, heads, pe_dim),
         "kv": (batch, seqlen, 1, dim),
         "k_pe": (batch, seqlen, 1, pe_dim),
     }
@@ -580,7 +648,7 @@ def check_inputs(q, q_pe, kv, k_pe) -> Shape:
             raise ValueError(f"{name}: contains NaN or Inf")
     check_device(named)
     dtype = "float16" if q.dtype == torch.float16 else "bfloat16"
-    shape = Shape(batch=batch, seqlen=seqlen, heads=heads, dtype=dtype, dim=dim, pe_dim=pe_dim)
+    shape = Shape(batch=batch, seqlen=seqlen, heads=heads, dtype=dtype, dim=dim, pe_dim=pe_dim, s_q=s_q)
     shape.check()
     return shape
 
@@ -588,8 +656,9 @@ def check_inputs(q, q_pe, kv, k_pe) -> Shape:
 def mla_decode(q, q_pe, kv, k_pe, *, config: TileConfig | None = None, return_lse: bool = False):
     """MLA decode attention: softmax(q·kᵀ / sqrt(dim + pe_dim)) · kv.
 
-    Returns ``out`` [batch, heads, dim] in the input dtype, and with
-    ``return_lse`` also the natural-log log-sum-exp [batch, heads] (float32).
+    q [batch, heads, dim] (one query token per sequence) or [batch, s_q, heads, dim] (s_q new tokens, causal:
+    token i sees the cache up to position seqlen - s_q + i). Returns ``out`` of q's shape in the input dtype,
+    and with ``return_lse`` also the natural-log log-sum-exp of q's shape less dim (float32).
     ``config`` defaults to the device architecture's family config, as tuned for this
     shape in kernels/tuned/<arch>.yaml where the table lists it.
     """
@@ -603,7 +672,7 @@ def mla_decode(q, q_pe, kv, k_pe, *, config: TileConfig | None = None, return_ls
         config = tuned.tuned_config(config_for_arch(arch).name, shape, arch)
     kernel = compiled(shape, config, q.device)
     out = torch.empty_like(q)
-    lse = torch.empty(shape.batch, shape.heads, device=q.device, dtype=torch.float32)
+    lse = torch.empty(q.shape[:-1], device=q.device, dtype=torch.float32)
     kernel(q, q_pe, kv, k_pe, out, lse)
     return (out, lse) if return_lse else out
 
@@ -611,9 +680,19 @@ def mla_decode(q, q_pe, kv, k_pe, *, config: TileConfig | None = None, return_ls
 # ----------------------------------------------------------------------------
 # Reference and inputs.
 
+def causal_mask(s_q: int, heads: int, seqlen: int, device):
+    """[rows, seqlen] True where query row r (token r // heads of the s_q new ones) sees a cache position: the new
+    tokens are the cache's last s_q positions, token i sees positions 0 .. seqlen - s_q + i."""
+    import torch
+
+    token = torch.arange(s_q * heads, device=device) // heads
+    return torch.arange(seqlen, device=device)[None, :] < (seqlen - s_q + 1 + token)[:, None]
+
+
 def reference(q, q_pe, kv, k_pe, compute_dtype=None):
     """The seed's ref_program: concatenate latent + RoPE parts, softmax at scale
     (dim + pe_dim) ** -0.5, times the latent part; plus the natural-log lse.
+    A 4-D q [batch, s_q, heads, dim] gets the kernels' causal mask (causal_mask); out and lse have q's shape.
 
     ``compute_dtype`` float32 (default) or float64 gives a reference; the input
     dtype gives torch's eager working-precision version (softmax in float32).
@@ -621,30 +700,44 @@ def reference(q, q_pe, kv, k_pe, compute_dtype=None):
     import torch
 
     cd = compute_dtype or torch.float32
+    lead = q.shape[:-1]  # [batch, heads] or [batch, s_q, heads]
+    s_q, heads = (q.shape[1], q.shape[2]) if q.dim() == 4 else (1, q.shape[1])
+    q, q_pe = q.reshape(q.shape[0], s_q * heads, -1), q_pe.reshape(q.shape[0], s_q * heads, -1)
+    seqlen = kv.shape[1]
+    visible = causal_mask(s_q, heads, seqlen, q.device) if s_q > 1 else None
     # A reference takes a few sequences at a time: float32 copies of a 16k-token cache are large.
-    step = q.shape[0] if cd == q.dtype else max(1, (1 << 27) // (kv.shape[1] * (kv.shape[3] + k_pe.shape[3])))
+    step = q.shape[0] if cd == q.dtype else max(1, (1 << 27) // (seqlen * (kv.shape[3] + k_pe.shape[3])))
     outs, lses = [], []
     for b in range(0, q.shape[0], step):
         sl = slice(b, b + step)
-        query = torch.cat([q[sl], q_pe[sl]], dim=-1).to(cd)  # [b, h, dim + pe_dim]
+        query = torch.cat([q[sl], q_pe[sl]], dim=-1).to(cd)  # [b, rows, dim + pe_dim]
         key = torch.cat([kv[sl], k_pe[sl]], dim=-1)[:, :, 0].to(cd)  # [b, s, dim + pe_dim]
         scores = torch.bmm(query, key.transpose(1, 2)).to(torch.promote_types(cd, torch.float32))
         scores = scores * query.shape[-1] ** -0.5
+        if visible is not None:
+            scores = scores.masked_fill(~visible, -torch.inf)
         lses.append(torch.logsumexp(scores, dim=-1))
         probs = torch.softmax(scores, dim=-1).to(cd)
         outs.append(torch.bmm(probs, kv[sl, :, 0].to(cd)))
-    return torch.cat(outs), torch.cat(lses)
+    out, lse = torch.cat(outs), torch.cat(lses)
+    return out.reshape(*lead, out.shape[-1]), lse.reshape(lead)
 
 
 def random_inputs(shape: Shape, device="cpu", seed: int = 0):
-    """Seeded standard-normal inputs (never zeros): q, q_pe, kv, k_pe."""
+    """Seeded standard-normal inputs (never zeros): q, q_pe, kv, k_pe; q and q_pe [batch, s_q, heads, d] where
+    s_q > 1, else [batch, heads, d]."""
     import torch
 
     gen = torch.Generator(device=device).manual_seed(seed)
     dtype = getattr(torch, shape.dtype)
-    b, s, h = shape.batch, shape.seqlen, shape.heads
+    b, s, lead = shape.batch, shape.seqlen, query_lead(shape.batch, shape.s_q, shape.heads)
 
     def randn(*size):
         return torch.randn(*size, generator=gen, device=device, dtype=torch.float32).to(dtype)
 
-    return randn(b, h, shape.dim), randn(b, h, shape.pe_dim), randn(b, s, 1, shape.dim), randn(b, s, 1, shape.pe_dim)
+    return randn(*lead, shape.dim), randn(*lead, shape.pe_dim), randn(b, s, 1, shape.dim), randn(b, s, 1, shape.pe_dim)
+
+
+def query_lead(batch: int, s_q: int, heads: int) -> tuple:
+    """The leading dimensions of q: (batch, heads) for one token per sequence, else (batch, s_q, heads)."""
+    return (batch, s_q, heads) if s_q > 1 else (batch, heads)

@@ -53,18 +53,24 @@ class PagedShape:
     dtype: str = "float16"
     dim: int = 512
     pe_dim: int = 64
+    s_q: int = 1  # query tokens per sequence, causal among themselves (mla_decode's module docstring)
 
     @classmethod
     def holding(cls, lengths, heads: int, page_size: int, dtype: str = "float16", dim: int = 512,
-                pe_dim: int = 64) -> "PagedShape":
+                pe_dim: int = 64, s_q: int = 1) -> "PagedShape":
         """The shape of a batch of sequences of ``lengths`` tokens: a block table just wide enough."""
         return cls(batch=len(lengths), heads=heads, max_pages=max(math.ceil(n / page_size) for n in lengths),
-                   page_size=page_size, dtype=dtype, dim=dim, pe_dim=pe_dim)
+                   page_size=page_size, dtype=dtype, dim=dim, pe_dim=pe_dim, s_q=s_q)
 
     def at_mean_length(self, lengths) -> dense.Shape:
         """The dense shape of this batch at its mean length: whose tuned config the paged kernel runs."""
-        return dense.Shape(batch=self.batch, seqlen=sum(lengths) // self.batch, heads=self.heads, dtype=self.dtype,
-                           dim=self.dim, pe_dim=self.pe_dim)
+        return dense.Shape(batch=self.batch, seqlen=sum(lengths) // self.batch, heads=self.heads,
+                           dtype=self.dtype, dim=self.dim, pe_dim=self.pe_dim, s_q=self.s_q)
+
+    @property
+    def rows(self) -> int:
+        """Query rows per sequence: s_q tokens x heads."""
+        return self.s_q * self.heads
 
     @property
     def capacity(self) -> int:
@@ -79,7 +85,7 @@ class PagedShape:
     def dense(self) -> dense.Shape:
         """The dense shape of a batch at full capacity, for the dense kernel's split and thread rules."""
         return dense.Shape(batch=self.batch, seqlen=self.capacity, heads=self.heads, dtype=self.dtype,
-                           dim=self.dim, pe_dim=self.pe_dim)
+                           dim=self.dim, pe_dim=self.pe_dim, s_q=self.s_q)
 
     def check(self) -> None:
         for name in ("batch", "heads", "max_pages", "page_size", "dim", "pe_dim"):
@@ -88,6 +94,7 @@ class PagedShape:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        dense.check_s_q(self.s_q)
 
 
 @dataclass(frozen=True)
@@ -119,7 +126,7 @@ def split_for_lengths(lengths, shape: PagedShape, config: TileConfig, sm_count: 
     it keeps the longest sequence from running alone on one SM while the others idle."""
     if config.num_split:
         return config.num_split
-    head_blocks = math.ceil(shape.heads / min(config.block_H, shape.heads))
+    head_blocks = math.ceil(shape.rows / min(config.block_H, shape.rows))
     work, longest = sum(lengths) * head_blocks, max(lengths)
     split = 1
     while split * work < 0.9 * sm_count * longest and split < 32:
@@ -147,10 +154,10 @@ def split_tokens(seqlen, num_split: int, block_N: int):
 def program(p: PagedPlan):
     """The TileLang program for a plan: split + combine, or no-split."""
     s, c = p.shape, p.config
-    batch, heads, max_pages, page_size, dim, pe_dim = s.batch, s.heads, s.max_pages, s.page_size, s.dim, s.pe_dim
+    batch, rows, max_pages, page_size, dim, pe_dim = s.batch, s.rows, s.max_pages, s.page_size, s.dim, s.pe_dim
     dtype, accum, index = s.dtype, "float32", "int32"
     block_N, block_H, num_split = c.block_N, p.block_H, p.num_split
-    head_blocks = heads // block_H
+    head_blocks = rows // block_H
     scale = s.scale
     in_shared = c.operands_in_shared
     gather = p.gather
@@ -178,16 +185,16 @@ def program(p: PagedPlan):
 
     @T.prim_func
     def main_split(
-            Q: T.Tensor([batch, heads, dim], dtype),
-            Q_pe: T.Tensor([batch, heads, pe_dim], dtype),
+            Q: T.Tensor([batch, rows, dim], dtype),
+            Q_pe: T.Tensor([batch, rows, pe_dim], dtype),
             KV: T.Tensor([num_pages, page_size, dim], dtype),
             K_pe: T.Tensor([num_pages, page_size, pe_dim], dtype),
             Block_table: T.Tensor([batch, max_pages], index),
             Cache_seqlens: T.Tensor([batch], index),
-            glse: T.Tensor([batch, heads, num_split], accum),
-            O_partial: T.Tensor([batch, heads, num_split, dim], accum),
-            Output: T.Tensor([batch, heads, dim], dtype),
-            Lse: T.Tensor([batch, heads], accum),
+            glse: T.Tensor([batch, rows, num_split], accum),
+            O_partial: T.Tensor([batch, rows, num_split, dim], accum),
+            Output: T.Tensor([batch, rows, dim], dtype),
+            Lse: T.Tensor([batch, rows], accum),
     ):
         with T.Kernel(batch, head_blocks, num_split, threads=p.threads) as (bx, by, bz):
             acc_o = T.alloc_fragment([block_H, dim], accum)
@@ -206,21 +213,21 @@ def program(p: PagedPlan):
             T.copy(logsum, glse[bx, by * block_H:(by + 1) * block_H, bz])
             T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
 
-        with T.Kernel(heads, batch, threads=128) as (hid, bid):
+        with T.Kernel(rows, batch, threads=128) as (hid, bid):
             seqlen = Cache_seqlens[bid]
             live_splits = T.ceildiv(seqlen, split_tokens(seqlen, num_split, block_N))  # split 0 always holds a token
             combine(glse, O_partial, Output, Lse, bid, hid, live_splits)
 
     @T.prim_func
     def main_no_split(
-            Q: T.Tensor([batch, heads, dim], dtype),
-            Q_pe: T.Tensor([batch, heads, pe_dim], dtype),
+            Q: T.Tensor([batch, rows, dim], dtype),
+            Q_pe: T.Tensor([batch, rows, pe_dim], dtype),
             KV: T.Tensor([num_pages, page_size, dim], dtype),
             K_pe: T.Tensor([num_pages, page_size, pe_dim], dtype),
             Block_table: T.Tensor([batch, max_pages], index),
             Cache_seqlens: T.Tensor([batch], index),
-            Output: T.Tensor([batch, heads, dim], dtype),
-            Lse: T.Tensor([batch, heads], accum),
+            Output: T.Tensor([batch, rows, dim], dtype),
+            Lse: T.Tensor([batch, rows], accum),
     ):
         with T.Kernel(batch, head_blocks, threads=p.threads) as (bx, by):
             acc_o = T.alloc_fragment([block_H, dim], accum)
@@ -268,8 +275,10 @@ class CompiledPagedDecode(dense.CompiledProgram):
         super().__init__(plan(shape, config, arch, sm_count), program, arch)
 
     def __call__(self, q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse):
-        """Launch on checked inputs; writes ``out`` and ``lse`` in place."""
-        return self.launch((q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens), out, lse)
+        """Launch on checked inputs; writes ``out`` and ``lse`` in place (3-D or 4-D q, as the dense kernel)."""
+        rows = dense.as_rows
+        return self.launch((rows(q, 3), rows(q_pe, 3), kv_cache, k_pe_cache, block_table, cache_seqlens),
+                           rows(out, 3), rows(lse, 2))
 
 
 _compiled: dict = {}
@@ -294,7 +303,7 @@ def compiled(shape: PagedShape, config: TileConfig, device=None, lengths=None) -
 def check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens) -> PagedShape:
     """Validate paged decode inputs before any launch; returns their PagedShape.
 
-    Layout: q [batch, heads, dim], q_pe [batch, heads, pe_dim], kv_cache [num_pages, page_size, dim],
+    Layout: q [batch, heads, dim] or [batch, s_q, heads, dim], q_pe likewise, kv_cache [num_pages, page_size, dim],
     k_pe_cache [num_pages, page_size, pe_dim], block_table [batch, max_pages] int32,
     cache_seqlens [batch] int32. Reads the lengths and the used table entries (a host sync).
     """
@@ -314,19 +323,17 @@ def check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens
     for name in ("block_table", "cache_seqlens"):
         if named[name].dtype != torch.int32:
             raise ValueError(f"{name}: dtype must be torch.int32, got {named[name].dtype}")
-    for name, ndim in (("q", 3), ("q_pe", 3), ("kv_cache", 3), ("k_pe_cache", 3), ("block_table", 2),
-                       ("cache_seqlens", 1)):
+    for name, ndim in (("kv_cache", 3), ("k_pe_cache", 3), ("block_table", 2), ("cache_seqlens", 1)):
         if named[name].dim() != ndim:
             raise ValueError(f"{name}: must have {ndim} dimensions, got shape {tuple(named[name].shape)}")
-    batch, heads, dim = q.shape
-    num_pages, page_size, pe_dim = kv_cache.shape[0], kv_cache.shape[1], q_pe.shape[2]
+    batch, s_q, heads, dim, pe_dim = dense.check_query(named)
+    num_pages, page_size = kv_cache.shape[0], kv_cache.shape[1]
     max_pages = block_table.shape[1]
     for name, value in (("q: batch", batch), ("kv_cache: num_pages", num_pages),
                         ("kv_cache: page_size", page_size), ("block_table: max_pages", max_pages)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     expected = {
-        "q_pe": (batch, heads, pe_dim),
         "kv_cache": (num_pages, page_size, dim),
         "k_pe_cache": (num_pages, page_size, pe_dim),
         "block_table": (batch, max_pages),
@@ -348,6 +355,8 @@ def check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens
         if not 1 <= n <= capacity:
             raise ValueError(f"cache_seqlens: sequence {b} has length {n}; each must be >= 1 and <= "
                              f"max_pages * page_size = {capacity}")
+        if n < s_q:
+            raise ValueError(f"cache_seqlens: sequence {b}: {dense.causal_refusal(n, s_q)}")
     pages_used = torch.tensor([math.ceil(n / page_size) for n in lengths], device=block_table.device)
     used = torch.arange(max_pages, device=block_table.device)[None, :] < pages_used[:, None]
     ids = block_table[used]
@@ -357,7 +366,7 @@ def check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens
     check_device(named)
     dtype = "float16" if q.dtype == torch.float16 else "bfloat16"
     shape = PagedShape(batch=batch, heads=heads, max_pages=max_pages, page_size=page_size, dtype=dtype,
-                       dim=dim, pe_dim=pe_dim)
+                       dim=dim, pe_dim=pe_dim, s_q=s_q)
     shape.check()
     return shape
 
@@ -367,8 +376,9 @@ def mla_decode_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, 
     """MLA decode over a paged KV cache: per sequence b, softmax(q·kᵀ / sqrt(dim + pe_dim)) · v
     over its cache_seqlens[b] tokens, found through block_table[b].
 
-    Returns ``out`` [batch, heads, dim] in the input dtype, and with ``return_lse`` also the
-    natural-log log-sum-exp [batch, heads] (float32). ``config`` defaults to the device
+    q as mla_decode.mla_decode takes it (3-D, or [batch, s_q, heads, dim]: causal, the new tokens are each
+    sequence's last s_q positions). Returns ``out`` of q's shape in the input dtype, and with ``return_lse``
+    also the natural-log log-sum-exp of q's shape less dim (float32). ``config`` defaults to the device
     architecture's family config.
     """
     import torch
@@ -377,7 +387,7 @@ def mla_decode_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, 
     config = config or dense.config_for_arch(device_arch(q.device))
     kernel = compiled(shape, config, q.device, cache_seqlens.tolist())
     out = torch.empty_like(q)
-    lse = torch.empty(shape.batch, shape.heads, device=q.device, dtype=torch.float32)
+    lse = torch.empty(q.shape[:-1], device=q.device, dtype=torch.float32)
     kernel(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse)
     return (out, lse) if return_lse else out
 
@@ -393,8 +403,8 @@ def gather_sequence(kv_cache, block_table, b: int, length: int):
 
 
 def reference_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, compute_dtype=None):
-    """kernels/mla_decode.py's dense reference, per sequence, on the tokens its block table
-    names: float32 out [batch, heads, dim] and natural-log lse [batch, heads]."""
+    """kernels/mla_decode.py's dense reference (its causal mask at 4-D q), per sequence, on the tokens its
+    block table names: float32 out of q's shape and natural-log lse of q's shape less dim."""
     import torch
 
     outs, lses = [], []
@@ -408,10 +418,12 @@ def reference_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, c
 
 
 def random_paged_inputs(batch: int, heads: int, lengths, page_size: int, dtype: str = "float16",
-                        device="cpu", seed: int = 0, shuffle: bool = True, dim: int = 512, pe_dim: int = 64):
+                        device="cpu", seed: int = 0, shuffle: bool = True, dim: int = 512, pe_dim: int = 64,
+                        s_q: int = 1):
     """Seeded standard-normal inputs for sequences of ``lengths`` tokens: q, q_pe, kv_cache,
     k_pe_cache, block_table, cache_seqlens. The cache holds exactly the pages the sequences use,
-    handed out in a shuffled order (``shuffle``) or in sequence order; unused table entries are -1."""
+    handed out in a shuffled order (``shuffle``) or in sequence order; unused table entries are -1.
+    q and q_pe are [batch, s_q, heads, d] where s_q > 1."""
     import torch
 
     lengths = list(lengths)
@@ -433,5 +445,6 @@ def random_paged_inputs(batch: int, heads: int, lengths, page_size: int, dtype: 
         block_table[b, :n] = order[taken:taken + n].to(torch.int32)
         taken += n
     cache_seqlens = torch.tensor(lengths, dtype=torch.int32, device=device)
-    return (randn(batch, heads, dim), randn(batch, heads, pe_dim), randn(num_pages, page_size, dim),
+    lead = dense.query_lead(batch, s_q, heads)
+    return (randn(*lead, dim), randn(*lead, pe_dim), randn(num_pages, page_size, dim),
             randn(num_pages, page_size, pe_dim), block_table, cache_seqlens)

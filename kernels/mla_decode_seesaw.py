@@ -19,8 +19,9 @@ seventh session).
 
 What the project's pipelined kernel promises, this one keeps: any seqlen (the tail is masked, a split's loop
 stops at its last pair holding tokens; a cache of one tile or less runs the pipelined kernel, mla_decode.plan),
-fp16 and bf16, the natural-log lse, 16 to 128 heads (a head block is one 64-row wgmma tile; fewer heads fill the
-other rows with zeros and never store them), split-KV with the shared combine, and mla_decode's input checks.
+fp16 and bf16, the natural-log lse, 16 to 128 heads at s_q 1..8 query tokens (a head block is one 64-row wgmma tile of
+the s_q x heads query rows, causal among the new tokens; fewer rows fill the others with zeros and never store them),
+split-KV with the shared combine, and mla_decode's input checks.
 mla_decode.program builds it for a config of schedule "seesaw", whose block_N is the 128 tokens of a pair.
 """
 
@@ -38,7 +39,7 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
     ``finish(acc_o, O_s, col, m, l, writes_lse, out, lse_out, bx, by, bz)``: each warpgroup's normalised output
     half (columns col .. col + half) with the row max m and sum l. ``mlagate ladder`` wraps it (its arguments:
     mlagate.ladder.rules.SEESAW_ATTEND_ARGS)."""
-    heads, seqlen, dim, pe_dim = shape.heads, shape.seqlen, shape.dim, shape.pe_dim
+    heads, rows, s_q, seqlen, dim, pe_dim = shape.heads, shape.rows, shape.s_q, shape.seqlen, shape.dim, shape.pe_dim
     dtype, accum = shape.dtype, "float32"
     tile = config.block_N // 2  # tokens per warpgroup (TileConfig.check: 64, and mla_decode.plan: seqlen > 64)
     half = dim // 2
@@ -77,21 +78,30 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
         T.wgmma_gemm(Q_pe_regs, K_pe_s, acc_s, transpose_B=True)
 
     @T.macro
-    def mask_tail(acc_s, start):
-        if masked:
+    def mask_tail(acc_s, start, by):
+        """Scores past the cache become MASKED (mla_decode's module docstring says why not -inf); with s_q > 1 every
+        tile that holds one of the last s_q positions is masked causally: row i of head block by is token
+        (by * valid + i) // heads of the new ones."""
+        if s_q > 1:
+            if start + tile > seqlen - (s_q - 1):  # only a tile holding one of the last s_q positions
+                for i, j in T.Parallel(ROWS, tile):
+                    acc_s[i, j] = T.if_then_else(
+                        start + j < seqlen - (s_q - 1) + T.min(by * valid + i, rows - 1) // heads, acc_s[i, j],
+                        mla_decode.MASKED)
+        elif masked:
             for i, j in T.Parallel(ROWS, tile):
-                acc_s[i, j] = T.if_then_else(start + j < seqlen, acc_s[i, j], neg_inf)
+                acc_s[i, j] = T.if_then_else(start + j < seqlen, acc_s[i, j], mla_decode.MASKED)
 
     @T.macro
     def load_q(Q, Q_pe, bx, by, Q_l, Q_r, Q_pe_s):
         """The head block's queries; rows past ``valid`` are zeros (their scores are 0, never stored)."""
         h0 = by * valid
         for i, j in T.Parallel(ROWS, half):
-            Q_l[i, j] = T.if_then_else(i < valid, Q[bx, T.min(h0 + i, heads - 1), j], 0)
+            Q_l[i, j] = T.if_then_else(i < valid, Q[bx, T.min(h0 + i, rows - 1), j], 0)
         for i, j in T.Parallel(ROWS, half):
-            Q_r[i, j] = T.if_then_else(i < valid, Q[bx, T.min(h0 + i, heads - 1), half + j], 0)
+            Q_r[i, j] = T.if_then_else(i < valid, Q[bx, T.min(h0 + i, rows - 1), half + j], 0)
         for i, j in T.Parallel(ROWS, pe_dim):
-            Q_pe_s[i, j] = T.if_then_else(i < valid, Q_pe[bx, T.min(h0 + i, heads - 1), j], 0)
+            Q_pe_s[i, j] = T.if_then_else(i < valid, Q_pe[bx, T.min(h0 + i, rows - 1), j], 0)
 
 
     @T.macro
@@ -155,7 +165,7 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
             scores_pe(Q_pe_regs, K0_pe, k0_pe_ready, acc_s, 0)
             T.wait_wgmma(0)
             for k in T.serial(n_pairs):
-                mask_tail(acc_s, first_token + (2 * k) * tile)
+                mask_tail(acc_s, first_token + (2 * k) * tile, by)
                 T.copy(row_max, m_prev)
                 T.copy(m_prev, m_new)
                 T.reduce_max(acc_s, m_new, dim=1, clear=False)
@@ -226,7 +236,7 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
             scores_pe(Q_pe_regs, K1_pe, k1_pe_ready, acc_s, 0)
             T.wait_wgmma(0)
             for k in T.serial(n_pairs):
-                mask_tail(acc_s, first_token + (2 * k + 1) * tile)
+                mask_tail(acc_s, first_token + (2 * k + 1) * tile, by)
                 T.barrier_wait(max0_ready, k % 2)
                 T.copy(row_max, m_prev)
                 T.copy(m_prev, m_new)
@@ -275,13 +285,13 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
 def program(p: mla_decode.Plan):
     """The seesaw program of a plan: split + combine, or no split."""
     s, c = p.shape, p.config
-    batch, heads, seqlen, dim, pe_dim = s.batch, s.heads, s.seqlen, s.dim, s.pe_dim
+    batch, rows, seqlen, dim, pe_dim = s.batch, s.rows, s.seqlen, s.dim, s.pe_dim
     dtype, accum = s.dtype, "float32"
-    valid = p.block_H  # heads of one block that exist: all 64, or the 16 or 32 of a smaller model shard
+    valid = p.block_H  # rows of one block that exist: all 64, or the 16 or 32 of a smaller model shard at s_q = 1
     half = dim // 2
     num_split, split_len = p.num_split, p.split_len
     pairs_per_split = split_len // c.block_N
-    head_blocks = heads // valid
+    head_blocks = rows // valid
     scale = s.scale
 
     combine = mla_decode.combine_macro(dim)
@@ -319,30 +329,30 @@ def program(p: mla_decode.Plan):
 
     @T.prim_func
     def main_split(
-            Q: T.Tensor([batch, heads, dim], dtype),
-            Q_pe: T.Tensor([batch, heads, pe_dim], dtype),
+            Q: T.Tensor([batch, rows, dim], dtype),
+            Q_pe: T.Tensor([batch, rows, pe_dim], dtype),
             KV: T.Tensor([batch, seqlen, 1, dim], dtype),
             K_pe: T.Tensor([batch, seqlen, 1, pe_dim], dtype),
-            glse: T.Tensor([batch, heads, num_split], accum),
-            O_partial: T.Tensor([batch, heads, num_split, dim], accum),
-            Output: T.Tensor([batch, heads, dim], dtype),
-            Lse: T.Tensor([batch, heads], accum),
+            glse: T.Tensor([batch, rows, num_split], accum),
+            O_partial: T.Tensor([batch, rows, num_split, dim], accum),
+            Output: T.Tensor([batch, rows, dim], dtype),
+            Lse: T.Tensor([batch, rows], accum),
     ):
         # Head blocks vary fastest: a sequence's head blocks run side by side and read its K/V once from DRAM.
         with T.Kernel(head_blocks, batch, num_split, threads=256) as (by, bx, bz):
             attend_split(Q, Q_pe, KV, K_pe, bx, by, bz, bz * split_len, pairs_here(bz * split_len), O_partial, glse)
 
-        with T.Kernel(heads, batch, threads=128) as (hid, bid):
+        with T.Kernel(rows, batch, threads=128) as (hid, bid):
             combine(glse, O_partial, Output, Lse, bid, hid, num_split)
 
     @T.prim_func
     def main_no_split(
-            Q: T.Tensor([batch, heads, dim], dtype),
-            Q_pe: T.Tensor([batch, heads, pe_dim], dtype),
+            Q: T.Tensor([batch, rows, dim], dtype),
+            Q_pe: T.Tensor([batch, rows, pe_dim], dtype),
             KV: T.Tensor([batch, seqlen, 1, dim], dtype),
             K_pe: T.Tensor([batch, seqlen, 1, pe_dim], dtype),
-            Output: T.Tensor([batch, heads, dim], dtype),
-            Lse: T.Tensor([batch, heads], accum),
+            Output: T.Tensor([batch, rows, dim], dtype),
+            Lse: T.Tensor([batch, rows], accum),
     ):
         with T.Kernel(head_blocks, batch, threads=256) as (by, bx):
             attend_no_split(Q, Q_pe, KV, K_pe, bx, by, 0, 0, pairs_here(0), Output, Lse)

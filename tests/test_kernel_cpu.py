@@ -56,13 +56,13 @@ def test_fewer_heads_than_the_head_block_lower():
     assert "__global__" in source
 
 
-# The tail mask (program(): `if masked:`) sets the scores of tokens at or past seqlen to -inf before
+# The tail mask (program(): `if masked:`) sets the scores of tokens at or past seqlen to MASKED (-2 ** 100) before
 # the softmax. TileLang emits it as a select on the score fragment acc_s, between its own value and a
-# -inf broadcast, under a bound on the token index (simplified by the vector width: "< 250" for 1000
+# MASKED broadcast, under a bound on the token index (simplified by the vector width: "< 250" for 1000
 # tokens in steps of 4). TileLang's own bounds check on the KV copy is a select too, but of KV and zero,
 # and it stays when the mask is removed.
 TAIL_MASK = re.compile(
-    r"float (?P<inf>\w+) = -(?:HUGE_VALF|CUDART_INF_F);\s*"
+    r"float (?P<inf>\w+) = (?:-1\.267651e\+30f|-0x1p\+100f/\*-1\.267651e\+30\*/);\s*"  # HIP, CUDA: -2 ** 100
     r"float\d (?P<sel>condval\w*);\s*"
     r"if \([^{;]* < \d+\)+ \{\s*"
     r"(?P=sel) = \*\(float\d\*\)\(acc_s(?:_\d+)? \+ [^;]*\);\s*"
@@ -75,7 +75,7 @@ TAIL_MASK = re.compile(
 @pytest.mark.parametrize("arch, config", [  # gfx942's cdna3 in the fast lane; the seesaw's alone takes ~10 s
     pytest.param(arch, name, marks=() if (arch, name) == ("gfx942", "cdna3") else pytest.mark.slow)
     for arch in ("gfx942", "sm_90a") for name, cfg in m.CONFIGS.items() if cfg.runs_on(arch)])
-def test_masked_lowering_sets_the_tail_scores_to_minus_infinity(arch, config):
+def test_masked_lowering_sets_the_tail_scores_to_the_mask_value(arch, config):
     """One masked tile per kernel; the seesaw's is its odd warpgroup's: the even one's tiles of 1000 tokens in 128-token
     splits all end by token 960, which TVM proves and drops the mask."""
     cfg = m.CONFIGS[config]
@@ -129,15 +129,16 @@ def test_a_head_block_short_of_one_mma_tile_is_refused_before_lowering(config, a
     """TP16's 8 heads: the pipelined schedule's score GEMM would get M = 8, which TileLang refuses while
     lowering ("M must be divisible by 16", seen on the H200 and on a CPU); plan names the rule first."""
     cfg = getattr(m, config)
-    with pytest.raises(ValueError, match=rf"config {cfg.name}: 8 heads make a head block of 8 rows; the pipelined "
-                                         r"schedule needs a multiple of 16"):
+    with pytest.raises(ValueError, match=rf"config {cfg.name}: 8 query rows \(s_q x heads\) make a head block of 8 "
+                                         r"rows; the pipelined schedule needs a multiple of 16"):
         m.plan(m.Shape(batch=2, seqlen=4096, heads=8), cfg, arch)
-    assert cfg.refuses_heads(16) is None and cfg.refuses_heads(24)  # 24 < block_H 64: a block of 24 rows
-    assert m.SEESAW.refuses_heads(8) is None  # its 64-row tile is padded
+    assert m.plan(m.Shape(batch=2, seqlen=4096, heads=8, s_q=2), cfg, arch).block_H == 16  # MTP fills the tile
+    assert cfg.refuses_rows(16) is None and cfg.refuses_rows(24)  # 24 < block_H 64: a block of 24 rows
+    assert m.SEESAW.refuses_rows(8) is None  # its 64-row tile is padded
     assert m.plan(m.Shape(batch=2, seqlen=4096, heads=8), m.SEESAW, "sm_90").block_H == 8
     # a seesaw cache of one tile runs the hopper config, which refuses 8 heads
     short = m.Shape(batch=2, seqlen=64, heads=8)
-    assert m.kernel_config(short, m.SEESAW).refuses_heads(8)
+    assert m.kernel_config(short, m.SEESAW).refuses_rows(8)
 
 
 @pytest.mark.slow
@@ -146,7 +147,7 @@ def test_the_seesaw_lowers_at_8_heads():
 
 
 def test_heads_must_fill_head_blocks():
-    with pytest.raises(ValueError, match=r"heads \(96\) must be a multiple of the head block"):
+    with pytest.raises(ValueError, match=r"query rows \(96 = s_q 1 x heads 96\) must be a multiple of the head block"):
         m.plan(m.Shape(batch=1, seqlen=64, heads=96), m.CDNA3, "gfx942")
     assert m.plan(m.Shape(batch=1, seqlen=64, heads=16), m.CDNA3, "gfx942").block_H == 16
 
@@ -258,7 +259,15 @@ def good_inputs(**changes):
 @pytest.mark.parametrize("changes,message", [
     (lambda a: {"q": a["q"].float()}, "q: dtype must be float16 or bfloat16"),
     (lambda a: {"kv": a["kv"].bfloat16()}, "kv: dtype torch.bfloat16 differs from q's"),
-    (lambda a: {"q": a["q"][0]}, "q: must have 3 dimensions"),
+    (lambda a: {"q": a["q"][0]}, r"q: must be \[batch, heads, dim\] or \[batch, s_q, heads, dim\]"),
+    (lambda a: {"q": a["q"][:, None]}, "q_pe: must have q's 4 dimensions"),
+    (lambda a: {"q": a["q"][:, None].expand(-1, 9, -1, -1).contiguous(),
+                "q_pe": a["q_pe"][:, None].expand(-1, 9, -1, -1).contiguous()}, r"s_q .* must be an integer in 1\.\.8"),
+    (lambda a: {"q": a["q"][:, None].expand(-1, 2, -1, -1).contiguous(), "q_pe": a["q_pe"][:, None]},
+     r"q_pe: shape must be \(2, 2, 16, 8\) to match q"),
+    (lambda a: {"q": a["q"][:, None].expand(-1, 2, -1, -1).contiguous(),
+                "q_pe": a["q_pe"][:, None].expand(-1, 2, -1, -1).contiguous(), "kv": a["kv"][:, :1],
+                "k_pe": a["k_pe"][:, :1]}, "kv: seqlen: a cache of 1 tokens is shorter than s_q = 2"),
     (lambda a: {"kv": a["kv"][:, :0]}, r"kv: seqlen \(dimension 1\) must be >= 1, got 0"),
     (lambda a: {"kv": a["kv"].expand(-1, -1, 2, -1)}, "kv: MLA decode shares one latent KV head"),
     (lambda a: {"k_pe": a["k_pe"][:, :10]}, r"k_pe: shape must be \(2, 64, 1, 8\)"),
@@ -287,6 +296,9 @@ def test_valid_inputs_give_their_shape(monkeypatch):
     assert m.check_inputs(**bf16).dtype == "bfloat16"
     one = {"q": args["q"][:1], "q_pe": args["q_pe"][:1], "kv": args["kv"][:1, :1], "k_pe": args["k_pe"][:1, :1]}
     assert m.check_inputs(**one) == m.Shape(batch=1, seqlen=1, heads=16, dtype="float16", dim=32, pe_dim=8)
+    mtp = {**args, "q": torch.cat([args["q"][:, None]] * 4, 1), "q_pe": torch.cat([args["q_pe"][:, None]] * 4, 1)}
+    assert m.check_inputs(**mtp) == m.Shape(batch=2, seqlen=64, heads=16, dtype="float16", dim=32, pe_dim=8, s_q=4)
+    assert m.check_inputs(**mtp).rows == 64
 
 
 def test_an_empty_batch_is_rejected(monkeypatch):

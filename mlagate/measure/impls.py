@@ -141,7 +141,7 @@ def _tilelang(impl, inputs, device):
 def _tilelang_config_here(impl, shape, device, paged=False):
     arch = mla_decode.device_arch(device)
     config = (paged_config if paged else tilelang_config)(impl, shape, arch)
-    why = _not_here(impl, config, arch) or mla_decode.kernel_config(shape, config).refuses_heads(shape.heads)
+    why = _not_here(impl, config, arch) or mla_decode.kernel_config(shape, config).refuses_rows(shape.rows)
     if why:
         raise Unavailable(why)
     return config
