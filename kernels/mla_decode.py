@@ -337,11 +337,13 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
     return attend
 
 
-def combine_macro(dim: int):
-    """The split-KV combine of both decode kernels: one (sequence, head) merges its first ``n_splits``
-    partial outputs with max-subtracted exp2 weights of their log2-sum-exps, and writes the output and
-    the natural-log lse."""
+def combine_macro(dim: int, piece=None):
+    """The split-KV combine of the decode kernels: one (sequence, head row) merges ``n_splits`` partial outputs with
+    max-subtracted exp2 weights of their log2-sum-exps, and writes the output and the natural-log lse.
+    ``piece(bid, hid, k)`` gives the index of partial k in glse[...] and O_partial[...]: by default (bid, hid, k),
+    the fixed split's layout; the paged kernel's balanced schedule keeps a sequence's pieces in one row range."""
     accum = "float32"
+    piece = piece or (lambda bid, hid, k: (bid, hid, k))
 
     @T.macro
     def combine(glse, O_partial, Output, Lse, bid, hid, n_splits):
@@ -353,14 +355,14 @@ def combine_macro(dim: int):
         lse_max[0] = -T.infinity(accum)
         lse_sum[0] = 0
         for k in T.serial(n_splits):
-            lse_max[0] = T.max(lse_max[0], glse[bid, hid, k])
+            lse_max[0] = T.max(lse_max[0], glse[piece(bid, hid, k)])
         for k in T.serial(n_splits):
-            lse_sum[0] += T.exp2(glse[bid, hid, k] - lse_max[0])
+            lse_sum[0] += T.exp2(glse[piece(bid, hid, k)] - lse_max[0])
         lse_sum[0] = T.log2(lse_sum[0]) + lse_max[0]
         for k in T.serial(n_splits):
-            weight[0] = T.exp2(glse[bid, hid, k] - lse_sum[0])
+            weight[0] = T.exp2(glse[piece(bid, hid, k)] - lse_sum[0])
             for i in T.Parallel(dim):
-                o_accum[i] += O_partial[bid, hid, k, i] * weight[0]
+                o_accum[i] += O_partial[(*piece(bid, hid, k), i)] * weight[0]
         for i in T.Parallel(dim):
             Output[bid, hid, i] = o_accum[i]
         Lse[bid, hid] = lse_sum[0] * LN2

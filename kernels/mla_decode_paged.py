@@ -11,12 +11,15 @@ block_N. Where page_size is a multiple of block_N the tile lies in one page and
 is one copy (TMA on Hopper); otherwise (page_size 1, say) each token row is
 gathered through the block table.
 
-Splits (FlashDecoding) reuse kernels/mla_decode.py's rules: a fixed
-``num_split`` per launch, the "fill the device" count over the batch x head
-blocks, capped where no sequence could fill more. Sequence b's split covers
-``ceil(len_b / num_split)`` tokens rounded up to block_N; a split that starts
-past len_b runs no tile and writes a neutral partial (lse -inf, output 0), and
-the combine reads only the splits that hold tokens.
+Schedules. A config of num_split 0 ("fill the device") runs the balanced schedule:
+the batch's tiles are dealt evenly over one partition per SM and head block, across
+sequence boundaries (balanced_schedule, computed on the host once per batch); each
+thread block runs its partition's pieces in turn, and a combine merges each
+sequence's pieces by their log-sum-exp. A fixed ``num_split`` gives every sequence
+that many splits (FlashDecoding): sequence b's split covers ``ceil(len_b /
+num_split)`` tokens rounded up to block_N; a split that starts past len_b runs no
+tile and writes a neutral partial (lse -inf, output 0), and the combine reads only
+the splits that hold tokens.
 
 Bounds: a tile is loaded only when it starts before len_b, so the block table
 is read at most at the sequence's last page; a gathered row past len_b re-reads
@@ -104,6 +107,7 @@ class PagedPlan:
     num_split: int  # per launch; a short sequence leaves its later splits empty
     block_H: int
     threads: int
+    parts: int = 0  # the balanced schedule's partitions (one thread block each per head block); 0: fixed splits
 
     @property
     def gather(self) -> bool:
@@ -135,13 +139,17 @@ def split_for_lengths(lengths, shape: PagedShape, config: TileConfig, sm_count: 
 
 
 def plan(shape: PagedShape, config: TileConfig, arch: str, sm_count: int | None = None) -> PagedPlan:
-    """The dense plan at full capacity: its split count is the fill rule's, capped at the tiles
-    the longest possible sequence has; its head block and threads are the dense kernel's."""
+    """The dense plan at full capacity: its head block and threads are the dense kernel's. A config of num_split 0
+    runs the balanced schedule (balanced_schedule) over one partition per SM and head block; a fixed num_split
+    gives every sequence that many splits, capped at the tiles the longest possible sequence has."""
     shape.check()
     if config.schedule != "pipelined":
         raise ValueError(f"config {config.name}: the paged kernel has the pipelined schedule only, "
                          f"not {config.schedule}")
     p = dense.plan(shape.dense(), config, arch, sm_count)
+    if config.num_split == 0:  # "fill the device": the balanced schedule, one partition per SM and head block
+        sms = sm_count or dense.SM_COUNT.get(arch.split(":")[0], 132)
+        return PagedPlan(shape, config, 0, p.block_H, p.threads, parts=max(1, sms // (shape.rows // p.block_H)))
     return PagedPlan(shape, config, p.num_split, p.block_H, p.threads)
 
 
@@ -149,6 +157,60 @@ def split_tokens(seqlen, num_split: int, block_N: int):
     """Tokens per split of one sequence (an int, or the kernel's expression of its runtime length):
     a whole number of tiles, so no tile crosses a split, and num_split of them cover the sequence."""
     return T.ceildiv(T.ceildiv(seqlen, num_split), block_N) * block_N
+
+
+# The fixed cost of one piece of the balanced schedule, in tiles of work: loading its queries, its softmax's setup and
+# its partial's write and combine. FlashMLA's scheduler charges one too (5 of its 64-token blocks per sequence).
+PIECE_COST_TILES = 4
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A batch's work dealt evenly over ``len(parts)`` partitions (balanced_schedule): ``pieces`` (sequence,
+    first token, end token) in request order; ``parts`` each partition's (first piece, end piece); ``seq_pieces``
+    each sequence's (first piece, end piece), the partials its combine merges."""
+
+    pieces: tuple
+    parts: tuple
+    seq_pieces: tuple
+
+    def tiles_per_part(self, block_N: int, piece_cost: int = PIECE_COST_TILES) -> list:
+        """Each partition's work in tiles, a piece's fixed cost included: the makespan is the largest."""
+        return [sum(math.ceil((end - first) / block_N) + piece_cost for _, first, end in self.pieces[a:b])
+                for a, b in self.parts]
+
+
+def balanced_schedule(lengths, block_N: int, parts: int, piece_cost: int = PIECE_COST_TILES) -> Schedule:
+    """Deal a ragged batch's tiles of ``block_N`` tokens evenly over ``parts`` partitions, across sequence boundaries
+    (the idea of FlashMLA's and FlashInfer's decode schedulers): each partition takes up to an even share of the
+    batch's work (tiles plus a fixed cost per piece), filled in request order, a sequence split where a partition
+    fills. Pieces start on tile boundaries, so only a sequence's last tile is partial. Every partition's load is
+    at most the share plus one piece's cost; trailing partitions may be empty."""
+    if parts < 1 or block_N < 1 or piece_cost < 0:
+        raise ValueError(f"parts and block_N must be >= 1 and piece_cost >= 0, got {parts}, {block_N}, {piece_cost}")
+    tiles = [math.ceil(n / block_N) for n in lengths]
+    if not tiles or min(lengths) < 1:
+        raise ValueError(f"lengths: need at least one sequence, each of >= 1 token, got {list(lengths)}")
+    # A partition that splits a sequence pays for one piece more than the share counts: + piece_cost.
+    share = math.ceil((sum(tiles) + piece_cost * len(tiles)) / parts) + piece_cost
+    pieces, part_ranges, seq_first = [], [], [0] * len(tiles)
+    seq, done = 0, 0  # the next sequence to deal, and its tiles already dealt
+    for _ in range(parts):
+        first_piece, room = len(pieces), share
+        while seq < len(tiles) and room > piece_cost:
+            take = min(tiles[seq] - done, room - piece_cost)
+            if done == 0:
+                seq_first[seq] = len(pieces)
+            end = min((done + take) * block_N, lengths[seq])
+            pieces.append((seq, done * block_N, end))
+            room -= take + piece_cost
+            done += take
+            if done == tiles[seq]:
+                seq, done = seq + 1, 0
+        part_ranges.append((first_piece, len(pieces)))
+    assert seq == len(tiles), "the share covers the batch"  # share x parts >= every tile and piece cost
+    seq_pieces = tuple(zip(seq_first, seq_first[1:] + [len(pieces)]))
+    return Schedule(tuple(pieces), tuple(part_ranges), seq_pieces)
 
 
 def program(p: PagedPlan):
@@ -182,6 +244,50 @@ def program(p: PagedPlan):
     # Lengths are runtime data: every tile may hold a tail, and a split past a sequence's end none.
     attend = dense.attend_macro(s, c, block_H, p.num_stages, load_tile, masked=True, empty_splits=True)
     combine = dense.combine_macro(dim)
+
+    parts = p.parts
+    if parts:  # traced where defined: only the program this plan runs (a split of 0 splits is none)
+        num_pieces = T.dynamic("num_pieces")
+
+        def balanced_piece(Seq_pieces):
+            return lambda bid, hid, k: (Seq_pieces[bid, 0] + k, hid)
+
+        @T.prim_func
+        def main_balanced(
+                Q: T.Tensor([batch, rows, dim], dtype),
+                Q_pe: T.Tensor([batch, rows, pe_dim], dtype),
+                KV: T.Tensor([num_pages, page_size, dim], dtype),
+                K_pe: T.Tensor([num_pages, page_size, pe_dim], dtype),
+                Block_table: T.Tensor([batch, max_pages], index),
+                Cache_seqlens: T.Tensor([batch], index),
+                Parts: T.Tensor([parts, 2], index),
+                Pieces: T.Tensor([num_pieces, 3], index),
+                Seq_pieces: T.Tensor([batch, 2], index),
+                glse: T.Tensor([num_pieces, rows], accum),
+                O_partial: T.Tensor([num_pieces, rows, dim], accum),
+                Output: T.Tensor([batch, rows, dim], dtype),
+                Lse: T.Tensor([batch, rows], accum),
+        ):
+            # One thread block per (partition, head block) runs its partition's pieces one after another.
+            with T.Kernel(parts, head_blocks, threads=p.threads) as (bx, by):
+                acc_o = T.alloc_fragment([block_H, dim], accum)
+                logsum = T.alloc_fragment([block_H], accum)
+                scores_max = T.alloc_fragment([block_H], accum)
+                for w in T.serial(Parts[bx, 1] - Parts[bx, 0]):
+                    piece = Parts[bx, 0] + w
+                    seq = Pieces[piece, 0]
+                    first_token = Pieces[piece, 1]
+                    attend(Q, Q_pe, KV, K_pe, Block_table, seq, by, Cache_seqlens[seq], first_token,
+                           T.ceildiv(Pieces[piece, 2] - first_token, block_N), acc_o, logsum, scores_max)
+                    for i in T.Parallel(block_H):
+                        logsum[i] = T.log2(logsum[i]) + scores_max[i] * scale
+                    T.copy(logsum, glse[piece, by * block_H:(by + 1) * block_H])
+                    T.copy(acc_o, O_partial[piece, by * block_H:(by + 1) * block_H, :])
+
+            with T.Kernel(rows, batch, threads=128) as (hid, bid):
+                dense.combine_macro(dim, balanced_piece(Seq_pieces))(
+                    glse, O_partial, Output, Lse, bid, hid, Seq_pieces[bid, 1] - Seq_pieces[bid, 0])
+        return main_balanced
 
     @T.prim_func
     def main_split(
@@ -269,35 +375,63 @@ def lower(shape: PagedShape, config: TileConfig, arch: str) -> str:
 
 class CompiledPagedDecode(dense.CompiledProgram):
     """The paged kernel compiled for one (shape, config): its own launch arguments (the block table and
-    the lengths) on the dense kernel's compile and workspace."""
+    the lengths, and a balanced plan's schedule) on the dense kernel's compile and workspace."""
 
     def __init__(self, shape: PagedShape, config: TileConfig, arch: str, sm_count: int):
         super().__init__(plan(shape, config, arch, sm_count), program, arch)
 
-    def __call__(self, q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse):
-        """Launch on checked inputs; writes ``out`` and ``lse`` in place (3-D or 4-D q, as the dense kernel)."""
+    def batch(self, lengths, device) -> tuple:
+        """A balanced plan's schedule of a batch of ``lengths`` as the kernel reads it (Parts, Pieces, Seq_pieces,
+        int32) with its workspace (glse, O_partial, float32): computed on the host once per batch."""
+        import torch
+
+        sched = balanced_schedule(lengths, self.plan.config.block_N, self.plan.parts)
+        rows, dim = self.plan.shape.rows, self.plan.shape.dim
+        i32 = dict(dtype=torch.int32, device=device)
+        return (torch.tensor(sched.parts, **i32), torch.tensor(sched.pieces, **i32),
+                torch.tensor(sched.seq_pieces, **i32),
+                torch.empty(len(sched.pieces), rows, device=device, dtype=torch.float32),
+                torch.empty(len(sched.pieces), rows, dim, device=device, dtype=torch.float32))
+
+    def __call__(self, q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse, batch=None):
+        """Launch on checked inputs; writes ``out`` and ``lse`` in place (3-D or 4-D q, as the dense kernel). A
+        balanced plan takes its ``batch`` (CompiledPagedDecode.batch of these lengths), else reads the lengths
+        and builds it (a host sync)."""
         rows = dense.as_rows
-        return self.launch((rows(q, 3), rows(q_pe, 3), kv_cache, k_pe_cache, block_table, cache_seqlens),
-                           rows(out, 3), rows(lse, 2))
+        inputs = (rows(q, 3), rows(q_pe, 3), kv_cache, k_pe_cache, block_table, cache_seqlens)
+        if self.plan.parts:
+            inputs += batch or self.batch(cache_seqlens.tolist(), q.device)
+        return self.launch(inputs, rows(out, 3), rows(lse, 2))
+
+
+class BatchLaunch:
+    """A compiled paged kernel with one batch's schedule: launches for those lengths only (compiled(..., lengths))."""
+
+    def __init__(self, kernel: CompiledPagedDecode, lengths, device):
+        self.kernel, self.plan = kernel, kernel.plan
+        self.schedule = balanced_schedule(lengths, kernel.plan.config.block_N, kernel.plan.parts)
+        self._batch = kernel.batch(lengths, device)
+
+    def __call__(self, *args):
+        return self.kernel(*args, batch=self._batch)
 
 
 _compiled: dict = {}
 
 
-def compiled(shape: PagedShape, config: TileConfig, device=None, lengths=None) -> CompiledPagedDecode:
-    """Compile once per (shape, config, device architecture) in this process; with the batch's
-    ``lengths``, a config of num_split 0 is compiled with split_for_lengths' count."""
+def compiled(shape: PagedShape, config: TileConfig, device=None, lengths=None):
+    """Compile once per (shape, config, device architecture) in this process. With the batch's ``lengths``, a
+    balanced plan comes bound to their schedule (a BatchLaunch: no host work per launch)."""
     import torch
 
     device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     arch = device_arch(device)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    if lengths:
-        config = config.with_(num_split=split_for_lengths(lengths, shape, config, sms))
     key = (shape, config, arch)
     if key not in _compiled:
         _compiled[key] = CompiledPagedDecode(shape, config, arch, sms)
-    return _compiled[key]
+    kernel = _compiled[key]
+    return BatchLaunch(kernel, list(lengths), device) if lengths and kernel.plan.parts else kernel
 
 
 def check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens) -> PagedShape:
@@ -385,7 +519,7 @@ def mla_decode_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, 
 
     shape = check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens)
     config = config or dense.config_for_arch(device_arch(q.device))
-    kernel = compiled(shape, config, q.device, cache_seqlens.tolist())
+    kernel = compiled(shape, config, q.device, cache_seqlens.tolist())  # check_paged_inputs read them already
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:-1], device=q.device, dtype=torch.float32)
     kernel(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse)

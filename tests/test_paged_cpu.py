@@ -134,15 +134,68 @@ def test_splits_fit_each_sequence(lengths, num_split, split_tokens):
         assert got == want and got % m.HOPPER.block_N == 0 and num_split * got >= n
 
 
-def test_the_split_count_is_the_dense_fill_rule_capped_by_the_table():
+def test_a_fixed_split_count_is_capped_by_the_table_and_split_0_is_the_balanced_schedule():
     one = p.PagedShape(batch=1, heads=128, max_pages=2048, page_size=64)
-    assert p.plan(one, m.HOPPER, "sm_90a").num_split == 32
-    assert p.plan(p.PagedShape(batch=1, heads=128, max_pages=2, page_size=64), m.HOPPER, "sm_90a").num_split == 2
-    assert p.plan(p.PagedShape(batch=132, heads=128, max_pages=64, page_size=64), m.HOPPER, "sm_90a").num_split == 1
+    split32 = m.HOPPER.with_(num_split=32)
+    assert p.plan(one, split32, "sm_90a").num_split == 32
+    assert p.plan(p.PagedShape(batch=1, heads=128, max_pages=2, page_size=64), split32, "sm_90a").num_split == 2
     assert p.plan(p.PagedShape(batch=4, heads=16, max_pages=64, page_size=1), m.CDNA3, "gfx942").num_split == 2
+    balanced = p.plan(one, m.HOPPER, "sm_90a")  # 128 heads: two head blocks of 64, so 66 partitions of 132 SMs
+    assert (balanced.num_split, balanced.parts) == (0, 66)
+    assert p.plan(p.PagedShape(batch=4, heads=16, max_pages=64, page_size=1), m.CDNA3.with_(num_split=0),
+                  "gfx942").parts == 304
+    assert p.plan(p.PagedShape(batch=4, heads=16, max_pages=64, page_size=1, s_q=4), m.HOPPER, "sm_90a").parts == 132
     assert p.plan(one, m.HOPPER, "sm_90a").gather is False
     assert p.plan(one.__class__(1, 128, 2048, 1), m.HOPPER, "sm_90a").gather is True
     assert p.plan(one, m.CDNA3, "gfx942").gather is False  # 64-token pages hold two 32-token tiles
+
+
+def test_the_balanced_schedule_of_a_hand_computed_batch():
+    """Tiles [1, 512, 2, 64], 4 tiles' cost per piece: share = ceil((579 + 16) / 8) + 4 = 79. Partition 0 takes
+    sequence 0 (1 tile + 4) and 70 tiles of sequence 1 (70 + 4): full; partitions 1-5 take 75 more tiles each; the
+    last 67 of sequence 1, then sequence 2, fill partition 6; sequence 3 is partition 7's."""
+    sched = p.balanced_schedule([47, 32768, 100, 4096], block_N=64, parts=8, piece_cost=4)
+    assert sched.pieces == ((0, 0, 47), (1, 0, 4480), (1, 4480, 9280), (1, 9280, 14080), (1, 14080, 18880),
+                            (1, 18880, 23680), (1, 23680, 28480), (1, 28480, 32768), (2, 0, 100), (3, 0, 4096))
+    assert sched.parts == ((0, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 9), (9, 10))
+    assert sched.seq_pieces == ((0, 1), (1, 8), (8, 9), (9, 10))
+    assert sched.tiles_per_part(64, 4) == [79, 79, 79, 79, 79, 79, 77, 68]
+
+
+def test_a_batch_of_sequences_shorter_than_one_tile_gets_a_partition_each():
+    sched = p.balanced_schedule([5, 1, 63], block_N=64, parts=132, piece_cost=4)  # share: ceil(15 / 132) + 4 = 5
+    assert sched.pieces == ((0, 0, 5), (1, 0, 1), (2, 0, 63))
+    assert sched.parts[:4] == ((0, 1), (1, 2), (2, 3), (3, 3)) and set(sched.parts[3:]) == {(3, 3)}
+
+
+@pytest.mark.parametrize("workload", ["ragged-4k", "uniform-paged"])
+@pytest.mark.parametrize("batch, parts, block_N", [(64, 132, 64), (128, 132, 64), (128, 66, 64), (128, 304, 32),
+                                                   (1, 132, 64), (3, 7, 64)])
+def test_every_tile_is_dealt_once_and_no_partition_exceeds_its_share(workload, batch, parts, block_N):
+    from mlagate import config as config_mod
+
+    lengths = list(config_mod.load().workloads[workload].lengths(batch)) if batch > 3 else [1, 131072, 64][:batch]
+    cost = p.PIECE_COST_TILES
+    sched = p.balanced_schedule(lengths, block_N, parts)
+    assert len(sched.parts) == parts and sched.parts[0][0] == 0 and sched.parts[-1][1] == len(sched.pieces)
+    assert all(a[1] == b[0] and a[0] <= a[1] for a, b in zip(sched.parts, sched.parts[1:]))  # consecutive ranges
+    for seq, (first, end) in enumerate(sched.seq_pieces):  # a sequence's pieces: contiguous, in order, covering it
+        mine = sched.pieces[first:end]
+        assert {s for s, _, _ in mine} == {seq} and mine[0][1] == 0 and mine[-1][2] == lengths[seq]
+        assert all(a[2] == b[1] for a, b in zip(mine, mine[1:])) and all(f % block_N == 0 for _, f, _ in mine)
+    assert [s for s, _, _ in sched.pieces] == sorted(s for s, _, _ in sched.pieces)  # request order
+    tiles = [-(-n // block_N) for n in lengths]
+    share = -(-(sum(tiles) + cost * len(tiles)) // parts) + cost
+    assert max(sched.tiles_per_part(block_N)) <= share
+
+
+def test_a_schedule_needs_partitions_and_sequences():
+    with pytest.raises(ValueError, match="parts and block_N must be >= 1"):
+        p.balanced_schedule([64], 64, 0)
+    with pytest.raises(ValueError, match="lengths: need at least one sequence"):
+        p.balanced_schedule([], 64, 8)
+    with pytest.raises(ValueError, match="each of >= 1 token"):
+        p.balanced_schedule([64, 0], 64, 8)
 
 
 # The lowerings, few: each takes seconds on a CPU. (arch, config, page_size, heads, batch, max_pages):
@@ -156,20 +209,26 @@ LOWERINGS = [
     ("gfx942", "cdna3", 64, 16, 1, 2048),
     pytest.param("gfx942", "cdna3", 1, 128, 1, 131072, marks=pytest.mark.slow),
     pytest.param("gfx942", "cdna3", 64, 128, 304, 16, marks=pytest.mark.slow),
+    pytest.param("sm_90a", "hopper/0", 64, 16, 128, 512, marks=pytest.mark.slow),  # the balanced schedule
+    pytest.param("sm_90a", "hopper/0", 1, 128, 2, 4096, marks=pytest.mark.slow),
+    pytest.param("gfx942", "cdna3/0", 64, 16, 128, 512, marks=pytest.mark.slow),
+    pytest.param("gfx942", "cdna3/0", 1, 128, 2, 4096, marks=pytest.mark.slow),
 ]
 
 
 @pytest.mark.parametrize("arch,config,page_size,heads,batch,max_pages", LOWERINGS)
 def test_paged_kernels_lower_without_a_gpu(arch, config, page_size, heads, batch, max_pages):
     shape = p.PagedShape(batch=batch, heads=heads, max_pages=max_pages, page_size=page_size)
-    cfg = m.CONFIGS[config]
+    config, _, split = config.partition("/")
+    cfg = m.CONFIGS[config].with_(num_split=int(split)) if split else m.CONFIGS[config]
     plan = p.plan(shape, cfg, arch)
     source = p.lower(shape, cfg, arch)
     body = kernel_body(source)
     marker = "mfma" if arch == "gfx942" else "wgmma" if config == "hopper" and heads >= 64 else "mma"
     assert len(re.findall(MMA_CALLS[marker], body)) >= 3, marker
     assert "Block_table" in body and "Cache_seqlens" in body
-    assert source.count("__global__ void") >= (2 if plan.num_split > 1 else 1)
+    assert source.count("__global__ void") >= (2 if plan.num_split > 1 or plan.parts else 1)
+    assert ("Pieces" in body) == bool(plan.parts)
     if arch == "sm_90a" and config == "hopper" and not plan.gather:
         assert "tma_load(KV_desc" in body  # a whole page-resident tile is one TMA copy
 

@@ -17,15 +17,19 @@ from test_kernel_gpu import ATOL, LSE_ATOL, RTOL  # noqa: E402
 pytestmark = pytest.mark.gpu
 
 LONGEST = 131072
-# (config, dtype, page_size, heads, batch, max_pages); "native" is the device's own family config.
+# (config, dtype, page_size, heads, batch, max_pages); "native" is the device's own family config, "/n" sets
+# its num_split (0: the balanced schedule, the native config's; n: n fixed splits, cdna3's 4).
 # Together: both dtypes, both tile paths (page 1 gathers rows, page 64 holds whole tiles), heads 16 and
-# 128, both configs; batch 2 holds a length-1 sequence beside a 32768 one, batch 1 runs up to LONGEST.
+# 128, both configs, both schedules; batch 2 holds a length-1 sequence beside a 32768 one, batch 1 runs up to LONGEST.
 KERNELS = [
     ("native", "float16", 64, 128, 2, 32768 // 64),
     ("native", "bfloat16", 1, 16, 2, 32768),
     ("native", "float16", 64, 128, 1, LONGEST // 64),
+    ("native/4", "bfloat16", 64, 16, 2, 32768 // 64),
     ("cdna3", "bfloat16", 64, 16, 2, 32768 // 64),
     ("cdna3", "float16", 1, 128, 2, 32768),
+    ("cdna3/0", "bfloat16", 1, 16, 2, 32768),
+    ("cdna3/0", "float16", 64, 128, 2, 32768 // 64),
 ]
 RAGGED = [[1, 32768], [4097, 63], [64, 65]]
 
@@ -37,7 +41,9 @@ def arch():
 def resolve(kernel):
     """(PagedShape, TileConfig) of a KERNELS row, or None where its config cannot run here."""
     name, dtype, page_size, heads, batch, max_pages = kernel
+    name, _, split = name.partition("/")
     config = m.config_for_arch(arch()) if name == "native" else m.CONFIGS[name]
+    config = config.with_(num_split=int(split)) if split else config
     if config.name == "hopper" and not arch().startswith("sm_9"):
         return None
     return p.PagedShape(batch=batch, heads=heads, max_pages=max_pages, page_size=page_size, dtype=dtype), config
@@ -86,7 +92,7 @@ def run_and_check(kernel, lengths, seed, shuffle=True):
 def test_ragged_batches(kernel):
     for n, lengths in enumerate(RAGGED):
         launch, *_ = run_and_check(kernel, lengths, seed=n)
-        if launch.plan.num_split == 1:
+        if launch.plan.num_split <= 1:  # no split, or the balanced schedule (tests/test_paged_cpu.py)
             continue
         # a split past a sequence's end leaves a neutral partial: lse -inf, output 0
         glse, partial = launch.workspace(torch.device("cuda", torch.cuda.current_device()))
