@@ -136,7 +136,7 @@ def test_workload_benchmarks_are_read_into_the_dense_benchmarks_by_workload(tmp_
     path.write_text(json.dumps(data))
     _, _, benchmarks = parse_results_file(path)
     assert {k: e.value for k, e in benchmarks[BENCH_TIME].items()} == {
-        ("tilelang-hopper", 64, 4096, "float16", 16, "dense"): 1e-4,
+        ("tilelang-hopper", 64, 4096, "float16", 16, 1, "dense"): 1e-4,
         ("tilelang-hopper", 64, 4096, "float16", 16, "ragged-4k"): 2e-4}
 
 
