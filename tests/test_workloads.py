@@ -47,7 +47,7 @@ def test_the_grid_adds_each_workload_as_its_own_cases_with_the_platforms_pages()
     cases = CFG.cases("quick", ["tilelang-hopper", "flash_mla"], "cuda")
     paged = [c for c in cases if c.paged]
     assert {c.workload for c in cases} == {DENSE, "uniform-paged@946e5f23", "ragged-4k@0139e575"}
-    assert len(paged) == 2 * 2 * 2  # implementations x workloads x batches
+    assert len(paged) == 2 * 2 * 2 * 2  # implementations x workloads x batches x q_len
     assert {c.page_size for c in paged} == {64}
     assert {c.page_size for c in CFG.cases("quick", ["tilelang-cdna3"], "rocm") if c.paged} == {1}
     ragged = next(c for c in paged if c.workload == RAGGED.tag(64) and c.batch == 128)

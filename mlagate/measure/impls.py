@@ -114,15 +114,15 @@ def _tilelang_paged(impl, paged: Paged, device):
 
 
 def _triton(inputs, device):
-    _require("triton", "triton")
     if isinstance(inputs, Paged):
         raise Unavailable("triton: this Triton kernel (the seed's) reads a dense cache only")
-    from mlagate.kernels.triton_mla import TritonDecode
-
     q, q_pe, kv, k_pe = inputs
     if query_tokens(q) > 1:
         raise Unavailable(f"triton: this Triton kernel (the seed's) takes one query token per sequence, not "
                           f"{query_tokens(q)} (no causal mask among new tokens)")
+    _require("triton", "triton")
+    from mlagate.kernels.triton_mla import TritonDecode
+
     batch, heads, dim = q.shape
     decode = TritonDecode(batch, heads, kv.shape[1], dim, q_pe.shape[2], device)
     out = torch.empty_like(q)
