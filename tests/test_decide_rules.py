@@ -716,8 +716,10 @@ def test_cases_follow_the_grid_and_the_vendors_heads():
     cfg = config.parse(with_values(grid__quick={"batch": [64, 128], "seqlen": [4096], "heads": [16, 64], "q_len": [1]}))
     cases = cfg.cases("quick", ["tilelang-cdna3", "aiter"], "rocm")  # aiter has no 64-head kernel
     assert [c.key for c in cases] == [
-        ("tilelang-cdna3", 64, 4096, "bfloat16", 16, 1, "dense"), ("tilelang-cdna3", 128, 4096, "bfloat16", 16, 1, "dense"),
-        ("tilelang-cdna3", 64, 4096, "bfloat16", 64, 1, "dense"), ("tilelang-cdna3", 128, 4096, "bfloat16", 64, 1, "dense"),
+        ("tilelang-cdna3", 64, 4096, "bfloat16", 16, 1, "dense"),
+        ("tilelang-cdna3", 128, 4096, "bfloat16", 16, 1, "dense"),
+        ("tilelang-cdna3", 64, 4096, "bfloat16", 64, 1, "dense"),
+        ("tilelang-cdna3", 128, 4096, "bfloat16", 64, 1, "dense"),
         ("aiter", 64, 4096, "bfloat16", 16, 1, "dense"), ("aiter", 128, 4096, "bfloat16", 16, 1, "dense")]
     assert {c.dtype for c in cfg.cases("quick", ["torch"], "rocm", dtypes=("float16",))} == {"float16"}
     assert len(cfg.cases("quick", ["flash_mla"], "cuda")) == 4  # flash_mla has every head count
