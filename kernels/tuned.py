@@ -14,6 +14,10 @@ File format (a change to it is a change to the kernels, gated like code)::
         - shape: {batch: 64, seqlen: 4096, heads: 16, dtype: float16}
           config: {block_N: 64, block_H: 64, num_split: 2, threads: 256, num_stages: 2, policy: FullCol}
           measured: {tflops: 123.4, default_tflops: 110.2, date: '2026-11-30', gpu: NVIDIA H200, ...}
+        - shape: {batch: 64, seqlen: 4096, heads: 16, dtype: float16, s_q: 2}
+          ...
+
+A shape's ``s_q`` (query tokens per sequence) is written past one token only: an entry without it is s_q 1.
 """
 
 import dataclasses
@@ -37,6 +41,8 @@ TUNABLE = ("block_N", "block_H", "num_split", "threads", "num_stages", "policy")
 NAME_TAGS = dict(zip(TUNABLE, ("N", "H", "split", "t", "stages", "")))
 UNTUNABLE = tuple(f.name for f in dataclasses.fields(mla_decode.TileConfig) if f.name not in TUNABLE)
 SHAPE_FIELDS = {"batch": int, "seqlen": int, "heads": int, "dtype": str}
+# s_q x heads query rows tile differently from heads alone: a shape key of its own, omitted where 1
+OPTIONAL_SHAPE_FIELDS = {"s_q": (int, 1)}
 ENTRY_KEYS = ("shape", "config", "measured")
 HEADER = ("# Tuned tile configs for {arch} (written by `mlagate tune`; a PR that changes it is gated like code).\n"
           "# A shape not listed runs its family's default config (CONFIGS in kernels/mla_decode.py).\n")
@@ -64,7 +70,8 @@ def table_path(arch: str) -> Path:
 
 
 def shape_key(shape) -> tuple:
-    return tuple(getattr(shape, name) for name in SHAPE_FIELDS)
+    return tuple(getattr(shape, name) for name in SHAPE_FIELDS) + \
+        tuple(getattr(shape, name, default) for name, (_, default) in OPTIONAL_SHAPE_FIELDS.items())
 
 
 def _family(name) -> mla_decode.TileConfig:
@@ -86,7 +93,10 @@ def _typed(raw, where: str, types: dict) -> dict:
 
 
 def _shape(raw, where: str) -> mla_decode.Shape:
-    shape = mla_decode.Shape(**_typed(raw, where, SHAPE_FIELDS))
+    optional = {name: kind for name, (kind, _) in OPTIONAL_SHAPE_FIELDS.items()}
+    reader = KeyReader.mapping(raw, where, {**SHAPE_FIELDS, **optional}, required=SHAPE_FIELDS)
+    fields = {key: reader.get(key, kind) for key, kind in {**SHAPE_FIELDS, **optional}.items() if key in raw}
+    shape = mla_decode.Shape(**fields)
     try:
         shape.check()
     except ValueError as e:
@@ -224,7 +234,10 @@ class _Dumper(yaml.SafeDumper):
 
 def _entry_yaml(entry: Entry, family: str) -> dict:
     _check_family(entry.config, family)
-    return {"shape": {name: getattr(entry.shape, name) for name in SHAPE_FIELDS},
+    shape = {name: getattr(entry.shape, name) for name in SHAPE_FIELDS}
+    shape.update((name, getattr(entry.shape, name)) for name, (_, default) in OPTIONAL_SHAPE_FIELDS.items()
+                 if getattr(entry.shape, name) != default)
+    return {"shape": shape,
             "config": {name: getattr(entry.config, name) for name in TUNABLE},
             "measured": dict(entry.measured)}
 

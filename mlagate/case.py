@@ -6,7 +6,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 
 # The fields of a case's key, in order: also asv's parameter names, so stored results key the same way.
-PARAM_NAMES = ("impl", "batch", "seqlen", "dtype", "heads", "workload")
+# q_len: query tokens per sequence (s_q; MTP decode scores 2 or 4 at once). The workload stays last: the dense
+# benchmarks have every parameter but it.
+PARAM_NAMES = ("impl", "batch", "seqlen", "dtype", "heads", "q_len", "workload")
 DENSE = "dense"  # the grid's own workload: one KV tensor, every sequence at seqlen (perf.yml `workloads:`)
 # A TileLang implementation is the prefix and its config family (tilelang-hopper); a tune candidate adds the
 # mark and one config of that family, as kernels/tuned.py spells it (tilelang-hopper@N64.H64.split0...).
@@ -30,6 +32,7 @@ class Case:
     seqlen: int  # a workload's mean length: the batch holds batch x seqlen tokens
     dtype: str
     heads: int = 128
+    q_len: int = 1  # query tokens per sequence (s_q), causal among themselves
     workload: str = DENSE
     # A workload's paged layout, derived from perf.yml (not part of the key): tokens per page and
     # each sequence's length.
@@ -38,8 +41,8 @@ class Case:
 
     @property
     def key(self) -> tuple:
-        """Identity of a case across commits (impl, batch, seqlen, dtype, heads, workload)."""
-        return (self.impl, self.batch, self.seqlen, self.dtype, self.heads, self.workload)
+        """Identity of a case across commits (impl, batch, seqlen, dtype, heads, q_len, workload)."""
+        return (self.impl, self.batch, self.seqlen, self.dtype, self.heads, self.q_len, self.workload)
 
     @property
     def paged(self) -> bool:
@@ -52,12 +55,14 @@ class Case:
 def case_label(key: tuple, *, tag: bool = False) -> str:
     """What a reader sees: a workload by its name (``tag``: with its definition's digest, for the errors that
     say a definition changed), and for a workload case the kernel it runs when that is another family's."""
-    impl, batch, seqlen, dtype, heads, workload = key
+    impl, batch, seqlen, dtype, heads, q_len, workload = key
+    # one query token is left unsaid, so labels (perf-accept.yml's patterns) read as before the q_len axis
+    point = f"{impl} h={heads}" + (f" s_q={q_len}" if q_len != 1 else "") + f" b={batch} s={seqlen} {dtype}"
     if workload == DENSE:
-        return f"{impl} h={heads} b={batch} s={seqlen} {dtype}"
+        return point
     name = workload if tag else workload.partition(WORKLOAD_TAG_MARK)[0]
     runs = PAGED_KERNEL_OF.get(family_impl(impl))
-    return f"{impl} h={heads} b={batch} s={seqlen} {dtype} {name}" + (f" (runs {runs}'s paged kernel)" if runs else "")
+    return f"{point} {name}" + (f" (runs {runs}'s paged kernel)" if runs else "")
 
 
 class RunStatus(StrEnum):
@@ -134,8 +139,8 @@ class CaseResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> "CaseResult":
-        """Of to_dict's output; files without heads read as heads = 128 and without a workload as dense
-        (Case's defaults)."""
+        """Of to_dict's output; files without heads read as heads = 128, without q_len as one query token
+        and without a workload as dense (Case's defaults)."""
         case = Case(**{f.name: d[f.name] for f in fields(Case) if f.name in d})
         case = replace(case, lengths=tuple(case.lengths))
         known = {name: d[name] for name in METRICS if d.get(name) is not None}

@@ -30,7 +30,7 @@ def gate_demo(tmp_path, texts):
 
 
 def seesaw(verdict_json):
-    return [c for c in verdict_json["cases"] if c["case"][0] == "tilelang-seesaw" and c["case"][5] == "dense"]
+    return [c for c in verdict_json["cases"] if c["case"][0] == "tilelang-seesaw" and c["case"][-1] == "dense"]
 
 
 def test_the_acceptance_flow_end_to_end_on_the_recorded_pair(tmp_path):
@@ -69,7 +69,7 @@ def test_an_entry_applies_only_to_its_commit_and_cases(tmp_path):
     assert v.outcome == Outcome.REGRESSION  # another commit's acceptance
     v, *_ = gate_demo(tmp_path / "b", (entry(cases=["tilelang-seesaw h=16 b=64 s=4096 float16"]),) * 2)
     assert v.outcome == Outcome.REGRESSION
-    assert {c.label: c.status for c in v.cases if c.case[0] == "tilelang-seesaw" and c.case[5] == "dense"} == {
+    assert {c.label: c.status for c in v.cases if c.case[0] == "tilelang-seesaw" and c.case[-1] == "dense"} == {
         "tilelang-seesaw h=16 b=64 s=4096 float16": Status.ACCEPTED,
         "tilelang-seesaw h=16 b=128 s=4096 float16": Status.REGRESSION}
 

@@ -4,6 +4,7 @@ its asm_mla.cu, resources from the code objects' AMDGPU notes) are what impls._a
 A pin bump that changes either fails here; the patched-copy tests show it. docs/aiter-contract-0.1.7.md."""
 
 import ast
+import itertools
 import shutil
 from pathlib import Path
 
@@ -18,11 +19,17 @@ ROOT = dispatch.meta_root()
 
 # impls._aiter: eight positional arguments, then sm_scale by keyword
 CALLED = ("q", "kv_buffer", "o", "qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_lens", "max_seqlen_q")
-# (dtype, heads) -> the code object aiter's non-persistent, one-token decode runs; every other head count none
-KERNELS = {("bfloat16", 16): "mla/mla_dec_stage1_bf16_a16w16_subQ16_mqa16.co",
-           ("bfloat16", 128): "mla/mla_dec_stage1_bf16_a16w16_subQ128_mqa128.co",
-           ("float8_e4m3fnuz", 16): "mla/mla_a8w8_qh16_qseqlen1_gqaratio16.co",
-           ("float8_e4m3fnuz", 128): "mla/mla_a8w8_qh128_m32x4_n16x2_msk1.co"}
+# (dtype, heads, q_len) -> the code object aiter's non-persistent decode runs at max_seqlen_q = q_len; every
+# other head count none. bf16 at 16 heads has a causal-masked object (mask1) past one token; at 128 heads the
+# chain never looks at max_seqlen_q: the one-token object, unmasked, at every q_len (its grid grows by q_len).
+BF16_16, BF16_128 = "mla/mla_dec_stage1_bf16_a16w16_subQ16_mqa16.co", "mla/mla_dec_stage1_bf16_a16w16_subQ128_mqa128.co"
+BF16_16_MTP = "mla/mla_a16w16_qh16_m16x4_n16x1_coex0_mask1.co"  # 2 to 4 tokens (m32x4 from 5)
+FP8_128 = "mla/mla_a8w8_qh128_m32x4_n16x2_msk1.co"
+KERNELS = {("bfloat16", 16, 1): BF16_16, ("bfloat16", 16, 2): BF16_16_MTP, ("bfloat16", 16, 4): BF16_16_MTP,
+           **{("bfloat16", 128, q): BF16_128 for q in (1, 2, 4)},
+           **{("float8_e4m3fnuz", 16, q): f"mla/mla_a8w8_qh16_qseqlen{q}_gqaratio16.co" for q in (1, 2, 4)},
+           **{("float8_e4m3fnuz", 128, q): FP8_128 for q in (1, 2, 4)}}
+MASKED = "mask1"  # in the name of a code object that masks causally among the query tokens
 
 
 def python_dir(root: Path) -> Path:
@@ -46,14 +53,14 @@ def contract_problems(root: Path) -> list:
         problems.append("mla_decode_fwd takes page_size/nhead_kv: impls._aiter must pass them")
     try:
         for dtype in dispatch.TABLE_DTYPES:
-            for heads in dispatch.TABLE_HEADS:
+            for heads, q_len in itertools.product(dispatch.TABLE_HEADS, dispatch.TABLE_Q_LENS):
                 try:
-                    found = dispatch.decode_kernel(dtype, heads, root=root).code_object
+                    found = dispatch.decode_kernel(dtype, heads, max_seqlen_q=q_len, root=root).code_object
                 except dispatch.NoKernel:
                     found = None
-                if found != KERNELS.get((dtype, heads)):
-                    problems.append(f"{dtype}, {heads} heads: aiter runs {found}, the contract says "
-                                    f"{KERNELS.get((dtype, heads))}")
+                if found != KERNELS.get((dtype, heads, q_len)):
+                    problems.append(f"{dtype}, {heads} heads, {q_len} query tokens: aiter runs {found}, the "
+                                    f"contract says {KERNELS.get((dtype, heads, q_len))}")
     except dispatch.ContractError as e:
         problems.append(str(e))
     return problems
@@ -71,7 +78,21 @@ def test_the_pinned_aiter_keeps_the_contract():
 
 def test_perf_yml_declares_the_head_counts_aiter_has_a_bf16_kernel_for():
     rocm = config.load().platform("rocm")
-    assert sorted(rocm.vendor_heads) == sorted(h for (d, h) in KERNELS if d == "bfloat16")
+    assert sorted(rocm.vendor_heads) == sorted({h for (d, h, q) in KERNELS if d == "bfloat16"})
+
+
+def test_perf_yml_declares_more_query_tokens_only_where_aiter_has_a_causal_bf16_kernel():
+    rocm = config.load().platform("rocm")
+    causal = {h for (d, h, q), co in KERNELS.items() if d == "bfloat16" and q > 1 and MASKED in co}
+    assert sorted(rocm.vendor_q_len_heads) == sorted(causal) == [16]
+    assert [rocm.has_vendor_kernel(h, q) for h, q in ((16, 2), (16, 4), (128, 1), (128, 2))] == [True] * 3 + [False]
+
+
+def test_the_query_tokens_past_what_aiter_has_are_refused_by_name():
+    with pytest.raises(dispatch.NoKernel, match="qo_len <= 4"):
+        dispatch.decode_kernel("float8_e4m3fnuz", 16, max_seqlen_q=5, root=ROOT)
+    assert dispatch.decode_kernel("bfloat16", 16, max_seqlen_q=8, root=ROOT).code_object == \
+        "mla/mla_a16w16_qh16_m32x4_n16x1_coex0_mask1.co"
 
 
 def test_every_kernel_names_its_resources_from_the_code_object():
@@ -79,10 +100,13 @@ def test_every_kernel_names_its_resources_from_the_code_object():
         pytest.fail("llvm-readelf is missing: apt-get install llvm (.ci/run installs it)")
     table = dispatch.table("gfx942")
     row = table["bfloat16/16"]
-    assert row["code_object"] == KERNELS[("bfloat16", 16)] and row["kernel"].endswith("subQ16_mqa16E")
+    assert row["code_object"] == BF16_16 and row["kernel"].endswith("subQ16_mqa16E")
     # gfx942: 512 VGPRs (arch + acc), 64 KiB LDS, wave64; no scratch
     assert (row["vgpr_count"], row["lds_bytes"], row["wavefront_size"], row["scratch_bytes"]) == (512, 65536, 64, 0)
     assert table["bfloat16/64"]["kernel"] is None and "64 heads" in table["bfloat16/64"]["none"]
+    mtp = table[dispatch.kernel_row("bfloat16", 16, 2)]
+    assert dispatch.kernel_row("bfloat16", 16, 2) == "bfloat16/16/s_q=2"
+    assert mtp["code_object"] == BF16_16_MTP and mtp["kernel"].endswith("mask1E") and mtp["vgpr_count"] > 0
 
 
 @pytest.fixture
@@ -108,8 +132,16 @@ def test_a_kernel_table_change_breaks_the_contract(patched):
     cu.write_text(cu.read_text().replace("if(gqa_ratio == 128)\n            {\n                sub_Q = 128;",
                                          "if(gqa_ratio == 64)\n            {\n                sub_Q = 128;", 1))
     problems = contract_problems(patched)
-    assert any("bfloat16, 64 heads: aiter runs mla/mla_dec_stage1_bf16_a16w16_subQ128_mqa128.co" in p
-               for p in problems) and any("bfloat16, 128 heads: aiter runs None" in p for p in problems)
+    assert any("bfloat16, 64 heads, 2 query tokens: aiter runs mla/mla_dec_stage1_bf16_a16w16_subQ128_mqa128.co"
+               in p for p in problems) and any("bfloat16, 128 heads, 1 query tokens: aiter runs None" in p
+                                               for p in problems)
+
+
+def test_a_lost_causal_kernel_breaks_the_contract(patched):
+    cu = patched / dispatch.SOURCE
+    cu.write_text(cu.read_text().replace("else if(max_seqlen_q <= 4)", "else if(max_seqlen_q <= 1)", 1))
+    assert any(p.startswith("bfloat16, 16 heads, 2 query tokens: aiter runs mla/mla_a16w16_qh16_m32x4")
+               for p in contract_problems(patched))
 
 
 def test_a_dispatch_this_reader_cannot_follow_is_an_error_not_a_guess(patched):

@@ -36,13 +36,13 @@ def test_benchmark_params_come_from_the_config(monkeypatch):
     from mlagate.measure import asv_suite
 
     params, names = asv_suite.params()
-    assert names == ["impl", "batch", "seqlen", "dtype", "heads"]
-    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"], [16]]
+    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "q_len"]
+    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"], [16], [1, 2]]
     # the workloads' own classes: their parameter product is their cases, no dense point in it
     params, names = asv_suite.params(workloads=True)
-    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "workload"]
+    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "q_len", "workload"]
     tags = [w.tag(64) for w in asv_suite.config().workloads.values()]  # name@digest of the definition
-    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"], [16], tags]
+    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"], [16], [1, 2], tags]
 
 
 def test_each_platform_measures_the_dtypes_its_vendor_takes(monkeypatch):

@@ -127,7 +127,7 @@ def test_a_bench_file_on_disk_reads_back_to_the_same_json():
         rows = json.load(f)["results"]
     results = [CaseResult.from_dict(r) for r in rows]
     windowless = {"budget": "", "windows": [], "dropped_ms": [], "uuid": ""}
-    dense = {"workload": "dense", "page_size": 0, "lengths": []}  # that file predates workloads too
+    dense = {"q_len": 1, "workload": "dense", "page_size": 0, "lengths": []}  # it predates workloads and q_len too
     assert [r.to_dict() for r in results] == [{**r, **dense, "samples": {**r["samples"], **windowless}}
                                               if r["samples"] else {**r, **dense} for r in rows]
     assert {r.status for r in results} == {RunStatus.OK, RunStatus.SKIPPED}

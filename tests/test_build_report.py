@@ -137,7 +137,7 @@ def test_hip_lds_and_mfma_from_lowered_source():
 
 def _small_perf_yml(tmp_path):
     data = yaml.safe_load(open(config.DEFAULT_PATH))
-    data["grid"]["quick"] = {"batch": [64], "seqlen": [1024], "heads": [128]}
+    data["grid"]["quick"] = {"batch": [64], "seqlen": [1024], "heads": [128], "q_len": [1]}
     path = tmp_path / "perf.yml"
     path.write_text(yaml.safe_dump(data))
     return path

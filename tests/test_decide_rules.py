@@ -27,16 +27,16 @@ from mlagate.store.errors import StoreError
 from mlagate.store.results import CommitResults, Store
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, Entry, case_keys
 
-HOP = ("tilelang-hopper", 64, 4096, "float16", 128, "dense")
-HOP_16 = ("tilelang-hopper", 64, 4096, "float16", 16, "dense")
-CDNA = ("tilelang-cdna3", 64, 4096, "float16", 128, "dense")
-VENDOR = ("flash_mla", 64, 4096, "float16", 128, "dense")
+HOP = ("tilelang-hopper", 64, 4096, "float16", 128, 1, "dense")
+HOP_16 = ("tilelang-hopper", 64, 4096, "float16", 16, 1, "dense")
+CDNA = ("tilelang-cdna3", 64, 4096, "float16", 128, 1, "dense")
+VENDOR = ("flash_mla", 64, 4096, "float16", 128, 1, "dense")
 
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 
 
 def make_cfg(threshold=0.025, screen=0.0125, alpha=0.01, min_samples=20, floor=0.70, max_drop=0.05,
-             lookback=3, max_slowdown=0.05, vendor_heads=(16, 32, 64, 128)):
+             lookback=3, max_slowdown=0.05, vendor_heads=(16, 32, 64, 128), vendor_q_len_heads=None):
     """The repository's perf.yml with the gate's numbers set here, so these tests do not move with it."""
     raw = copy.deepcopy(RAW)
     g = raw["gate"]
@@ -48,6 +48,8 @@ def make_cfg(threshold=0.025, screen=0.0125, alpha=0.01, min_samples=20, floor=0
     g["vendor_ratio"]["cuda"].update(floor=floor, max_drop=max_drop)
     g["drift"].update(lookback=lookback, max_slowdown=max_slowdown)
     raw["platforms"]["cuda"]["vendor_heads"] = list(vendor_heads)
+    raw["platforms"]["cuda"]["vendor_q_len_heads"] = list(vendor_heads if vendor_q_len_heads is None
+                                                          else vendor_q_len_heads)
     return config.parse(raw)
 
 
@@ -335,6 +337,19 @@ def test_no_vendor_ratio_where_the_vendor_has_no_kernel_is_declared():
     assert low.status == Status.REGRESSION
 
 
+def test_no_vendor_ratio_where_the_vendor_has_no_kernel_for_the_query_tokens():
+    cfg = make_cfg(vendor_heads=(16, 128), vendor_q_len_heads=(16,))  # aiter's bf16 kernels
+    mtp_128 = HOP[:5] + (2, "dense")
+    cv = one(evaluate(case=mtp_128, head_ratio=None, cfg=cfg))
+    assert cv.status == Status.PASS and cv.vendor_ratio is None
+    assert notes(cv.warnings) == [(Kind.NO_VENDOR_KERNEL, "no vendor ratio: flash_mla has no 128-head kernel for 2 "
+                                                          "query tokens (perf.yml vendor_q_len_heads [16]); gated on "
+                                                          "latency alone")]
+    assert one(evaluate(case=HOP[:5] + (1, "dense"), head_ratio=None, cfg=cfg)).status == Status.ERROR  # has one
+    low = one(evaluate(case=HOP_16[:5] + (2, "dense"), base_ratio=0.6, head_ratio=0.3, cfg=cfg))  # 16 heads: judged
+    assert low.status == Status.REGRESSION and low.label == "tilelang-hopper h=16 s_q=2 b=64 s=4096 float16"
+
+
 def test_the_ratio_rules_hold_only_the_platforms_tilelang_config():
     cv = one(evaluate(case=CDNA, head_ratio=None))  # gated, but the cuda platform's tilelang is hopper
     assert cv.status == Status.PASS and cv.vendor_ratio is None and cv.warnings == []
@@ -561,12 +576,12 @@ def with_values(**changes):
 def test_parse_keeps_every_value_of_perf_yml():
     cfg, t, g = config.parse(RAW), RAW["timing"], RAW["gate"]
     assert cfg.implementations == tuple(RAW["implementations"])
-    assert cfg.grid.sizes == {name: (tuple(v["batch"]), tuple(v["seqlen"]), tuple(v["heads"]))
+    assert cfg.grid.sizes == {name: (tuple(v["batch"]), tuple(v["seqlen"]), tuple(v["heads"]), tuple(v["q_len"]))
                               for name, v in RAW["grid"].items()}
     for name, p in RAW["platforms"].items():
         got = cfg.platform(name)
-        assert (got.vendor, got.tilelang, got.dtypes, got.vendor_heads) == (
-            p["vendor"], p["tilelang"], tuple(p["dtypes"]), tuple(p["vendor_heads"]))
+        assert (got.vendor, got.tilelang, got.dtypes, got.vendor_heads, got.vendor_q_len_heads) == (
+            p["vendor"], p["tilelang"], tuple(p["dtypes"]), tuple(p["vendor_heads"]), tuple(p["vendor_q_len_heads"]))
     tm = cfg.timing
     assert (tm.cold_l2, tm.cuda_graph, tm.warmup_ms, tm.window_ms, tm.samples_per_window, tm.min_samples,
             tm.max_clock_drop, tm.record_s) == (t["cold_l2"], t["cuda_graph"], t["warmup_ms"], t["window_ms"],
@@ -698,12 +713,14 @@ def test_a_batch_of_one_is_allowed():
 
 
 def test_cases_follow_the_grid_and_the_vendors_heads():
-    cfg = config.parse(with_values(grid__quick={"batch": [64, 128], "seqlen": [4096], "heads": [16, 64]}))
+    cfg = config.parse(with_values(grid__quick={"batch": [64, 128], "seqlen": [4096], "heads": [16, 64], "q_len": [1]}))
     cases = cfg.cases("quick", ["tilelang-cdna3", "aiter"], "rocm")  # aiter has no 64-head kernel
     assert [c.key for c in cases] == [
-        ("tilelang-cdna3", 64, 4096, "bfloat16", 16, "dense"), ("tilelang-cdna3", 128, 4096, "bfloat16", 16, "dense"),
-        ("tilelang-cdna3", 64, 4096, "bfloat16", 64, "dense"), ("tilelang-cdna3", 128, 4096, "bfloat16", 64, "dense"),
-        ("aiter", 64, 4096, "bfloat16", 16, "dense"), ("aiter", 128, 4096, "bfloat16", 16, "dense")]
+        ("tilelang-cdna3", 64, 4096, "bfloat16", 16, 1, "dense"),
+        ("tilelang-cdna3", 128, 4096, "bfloat16", 16, 1, "dense"),
+        ("tilelang-cdna3", 64, 4096, "bfloat16", 64, 1, "dense"),
+        ("tilelang-cdna3", 128, 4096, "bfloat16", 64, 1, "dense"),
+        ("aiter", 64, 4096, "bfloat16", 16, 1, "dense"), ("aiter", 128, 4096, "bfloat16", 16, 1, "dense")]
     assert {c.dtype for c in cfg.cases("quick", ["torch"], "rocm", dtypes=("float16",))} == {"float16"}
     assert len(cfg.cases("quick", ["flash_mla"], "cuda")) == 4  # flash_mla has every head count
     assert cases[0].label() == "tilelang-cdna3 h=16 b=64 s=4096 bfloat16"
@@ -723,8 +740,8 @@ def test_peaks_read_the_arch_without_its_a_suffix():
 COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
            "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile"]
 PARAMS = [["'tilelang-hopper'"], ["64", "128"], ["4096"], ["'float16'"], ["128"]]
-CASE_64, CASE_128 = (("tilelang-hopper", 64, 4096, "float16", 128, "dense"),
-                     ("tilelang-hopper", 128, 4096, "float16", 128, "dense"))
+CASE_64, CASE_128 = (("tilelang-hopper", 64, 4096, "float16", 128, 1, "dense"),
+                     ("tilelang-hopper", 128, 4096, "float16", 128, 1, "dense"))
 
 
 def results_json(commit, times=(1e-4, 2e-4), ratios=None, date=1700000000000, samples=((1e-4, 1.1e-4), None)):
@@ -842,10 +859,12 @@ def test_incomplete_results_files_name_what_is_missing(tmp_path):
 
 def test_case_keys_need_every_parameter():
     assert case_keys(PARAMS[:4]) == [CASE_64, CASE_128]  # results from before heads: 128 heads
-    assert case_keys(PARAMS) == [CASE_64, CASE_128]  # the dense benchmarks: no workload parameter
-    ragged = case_keys([*PARAMS, ["'ragged-4k'"]])
+    assert case_keys(PARAMS) == [CASE_64, CASE_128]  # before q_len: one query token, and the dense benchmarks
+    assert case_keys([*PARAMS, ["1"]]) == [CASE_64, CASE_128]  # the dense benchmarks: no workload parameter
+    ragged = case_keys([*PARAMS, ["'ragged-4k'"]])  # a workload benchmark from before q_len
     assert ragged == [(*key[:-1], "ragged-4k") for key in (CASE_64, CASE_128)]
-    with pytest.raises(ValueError, match=r"^3 parameters, expected impl, batch, seqlen, dtype, heads, workload$"):
+    with pytest.raises(ValueError, match=r"^3 parameters, expected impl, batch, seqlen, dtype, heads, q_len, "
+                                         r"workload$"):
         case_keys(PARAMS[:3])
 
 

@@ -420,12 +420,12 @@ HOSTILE_VERDICT = {
     "outcome": "pass", "base": "a" * 40, "head": "[x](https://evil.example)", "platform": "hip @maintainers",
     "errors": ["@org/team look: [pass](https://evil.example/badge.svg)"],
     "cases": [
-        {"case": ["tilelang", 1, 4096, "bf16", 128, "dense"], "status": "regression", "base_median_s": 3.2e-5,
+        {"case": ["tilelang", 1, 4096, "bf16", 128, 1, "dense"], "status": "regression", "base_median_s": 3.2e-5,
          "head_median_s": 3.5e-5, "change": 0.09375, "p_value": 0.0012, "vendor_ratio": 0.98,
          "reasons": ["![badge](https://evil.example/pass.svg)"]},
         {"case": ["![pass](https://evil.example/x.svg)", 1, 2, "<img src=x>", 1, "dense"], "status": "error",
          "change": "[fake](https://evil.example)", "p_value": "@someone"},
-        {"case": ["flash_mla", 1, 4096, "bf16", 128, "dense"], "status": "pass"},
+        {"case": ["flash_mla", 1, 4096, "bf16", 128, 1, "dense"], "status": "pass"},
     ],
 }
 
@@ -539,10 +539,10 @@ def test_no_comment_for_another_commit_a_bad_number_or_no_verdict(workflows, tmp
 
 
 def test_the_comment_names_accepted_cases_from_checked_acceptance_fields(workflows, tmp_path):
-    accepted = {"case": ["tilelang-seesaw", 64, 4096, "float16", 16, "dense"], "status": "accepted",
+    accepted = {"case": ["tilelang-seesaw", 64, 4096, "float16", 16, 1, "dense"], "status": "accepted",
                 "change": 0.072, "acceptance": {"commit": "91da13fe9c", "pr": 7, "max_change": 0.12,
                                                 "who": "a-maintainer", "why": "[x](https://evil.example)"}}
-    hostile = {"case": ["tilelang-seesaw", 128, 4096, "float16", 16, "dense"], "status": "accepted",
+    hostile = {"case": ["tilelang-seesaw", 128, 4096, "float16", 16, 1, "dense"], "status": "accepted",
                "acceptance": {"commit": "[x](y)", "pr": "@everyone", "max_change": "fake", "who": "@org/team"}}
     rc, body = comment(workflows, tmp_path, artifact_zip(json.dumps(
         {**HOSTILE_VERDICT, "cases": [accepted, hostile]}).encode()))

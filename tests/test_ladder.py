@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import yaml
 
 from mlagate import cli, config, gitops
 from mlagate.case import Case
@@ -24,7 +25,7 @@ from mlagate.ladder import run as pipeline
 ROOT = Path(__file__).resolve().parent.parent
 CFG = config.load()
 KERNEL = gitops.git("show", "HEAD:kernels/mla_decode.py", strip=False)
-CASES = tuple(c for c in CFG.cases("quick", ["tilelang-hopper"], "cuda") if not c.paged)
+CASES = tuple(c for c in CFG.cases("quick", ["tilelang-hopper"], "cuda") if not c.paged and c.q_len == 1)
 UNSPUN = dataclasses.replace(CASES[0], workload="uniform-paged@946e5f23")
 TIME = {c.key: (100e-6 if c.batch == 64 else 160e-6) for c in CASES}  # seconds per call
 SLOPE = 1 / 1.6e9  # seconds per spun cycle: a 1.6 GHz clock
@@ -249,6 +250,11 @@ def repo(tmp_path, monkeypatch):
     sh(repo, "add", "-A")
     sh(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false", "commit", "-qm", "base")
     monkeypatch.setattr(gitops, "REPO", repo)
+    # the ladder over one query token's cases (CASES): its counts below are of those
+    raw = yaml.safe_load(config.DEFAULT_PATH.read_text())
+    raw["grid"]["quick"]["q_len"] = [1]
+    (tmp_path / "perf.yml").write_text(yaml.safe_dump(raw))
+    monkeypatch.setattr(config, "DEFAULT_PATH", tmp_path / "perf.yml")
     return repo
 
 

@@ -52,7 +52,7 @@ def shrink_to_cpu(perf_yml: Path, rocm_dtypes=None):
     """CPU-sized grid and warm-up; every other key as committed."""
     data = yaml.safe_load(perf_yml.read_text())
     for name in ("quick", "full"):
-        data["grid"][name] = {"batch": [64], "seqlen": [64], "heads": HEADS}
+        data["grid"][name] = {"batch": [64], "seqlen": [64], "heads": HEADS, "q_len": [1]}
     data["timing"]["warmup_ms"] = 10
     if rocm_dtypes:
         data["platforms"]["rocm"]["dtypes"] = rocm_dtypes
@@ -99,10 +99,10 @@ def test_the_bench_service_yields_a_verdict_on_an_mi300x(rehearsal):
     cases = {tuple(c["case"]): c for c in verdict["cases"] if c["status"] != "skipped"}
     # gfx942 -> the cdna3 config is the gated one, measured in bfloat16 (aiter takes no fp16);
     # the hopper and seesaw configs, gated on CUDA, are skipped here (they need sm_90)
-    assert set(cases) == {("tilelang-cdna3", 64, 64, "bfloat16", h, "dense") for h in HEADS}
+    assert set(cases) == {("tilelang-cdna3", 64, 64, "bfloat16", h, 1, "dense") for h in HEADS}
     assert {c["case"][0] for c in verdict["cases"] if c["status"] == "skipped"} == {"tilelang-hopper",
                                                                                      "tilelang-seesaw"}
-    for (_, _, _, _, heads, _), c in cases.items():
+    for (_, _, _, _, heads, _, _), c in cases.items():
         assert c["status"] == "pass", c
         if heads in VENDOR_HEADS:  # aiter has a bf16 decode kernel for these on gfx942: the ratio exists
             assert 0.7 < c["vendor_ratio"] < 0.9
@@ -122,11 +122,11 @@ def test_the_rehearsal_recorded_both_commits_through_asv_with_aiter(rehearsal):
     assert store.load("mi300x", base) is not None and head is not None
     time = head.entries(BENCH_TIME)
     for heads in VENDOR_HEADS:  # the real aiter frontend ran, down to the stand-ins of its device code
-        assert time[("aiter", 64, 64, "bfloat16", heads, "dense")].status == "ok"
-    assert time[("aiter", 64, 64, "bfloat16", 64, "dense")].status == "skipped"  # no 64-head kernel: not run
-    assert time[("tilelang-hopper", 64, 64, "bfloat16", 16, "dense")].status == "skipped"  # needs sm_90
-    assert time[("flash_mla", 64, 64, "bfloat16", 16, "dense")].status == "skipped"
-    assert head.entries(BENCH_RATIO)[("tilelang-cdna3", 64, 64, "bfloat16", 16, "dense")].status == "ok"
+        assert time[("aiter", 64, 64, "bfloat16", heads, 1, "dense")].status == "ok"
+    assert time[("aiter", 64, 64, "bfloat16", 64, 1, "dense")].status == "skipped"  # no 64-head kernel: not run
+    assert time[("tilelang-hopper", 64, 64, "bfloat16", 16, 1, "dense")].status == "skipped"  # needs sm_90
+    assert time[("flash_mla", 64, 64, "bfloat16", 16, 1, "dense")].status == "skipped"
+    assert head.entries(BENCH_RATIO)[("tilelang-cdna3", 64, 64, "bfloat16", 16, 1, "dense")].status == "ok"
     env = store.read_sidecar("mi300x", head.commit, "env")
     assert env["platform"] == "rocm" and env["start"]["arch"] == "gfx942" and env["start"]["sm_count"] == 304
     # the vendor kernel, from the installed amd-aiter's own dispatch and code object (aiter_dispatch)

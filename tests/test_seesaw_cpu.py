@@ -260,7 +260,8 @@ def test_the_re_measure_runs_a_paged_seesaw_case_with_the_commits_hopper_config(
 
     commit = kernel_commits({"mla_decode.py": "head"})
     module = interleaved.kernel_module_at(kernel_commits.repo, commit)
-    case = Case("tilelang-seesaw", 64, 4096, "float16", 16, "uniform-paged@x", page_size=64, lengths=(4096,) * 64)
+    case = Case("tilelang-seesaw", 64, 4096, "float16", 16, workload="uniform-paged@x", page_size=64,
+                lengths=(4096,) * 64)
     config = interleaved.case_config_at(kernel_commits.repo, commit, module, case, "sm_90")
     today = impls.paged_config("tilelang-seesaw", m.Shape(batch=64, seqlen=4096, heads=16), "sm_90")
     assert (config.name, config.schedule) == ("hopper", "pipelined") and config != module.HOPPER
@@ -275,7 +276,7 @@ def test_a_ladder_over_a_seesaw_cache_of_one_tile_is_refused_naming_the_grid(tmp
     from mlagate.ladder import run as ladder
 
     cfg = config.load()
-    grid = dataclasses.replace(cfg.grid, sizes={**cfg.grid.sizes, "tiny": ((64,), (64,), (16,))},
+    grid = dataclasses.replace(cfg.grid, sizes={**cfg.grid.sizes, "tiny": ((64,), (64,), (16,), (1,))},
                                workloads={**cfg.grid.workloads, "tiny": ()})
     gated = dataclasses.replace(cfg, grid=grid, gate=dataclasses.replace(cfg.gate, gated=("tilelang-seesaw",)))
     with pytest.raises(ValueError,
@@ -296,6 +297,6 @@ def test_the_re_measure_refuses_a_commit_that_cannot_build_its_own_seesaw_case(k
     commit = kernel_commits({}, {"mla_decode.py": f"\ndel {removed}\n"})
     module = interleaved.kernel_module_at(kernel_commits.repo, commit)
     lengths = (4096,) * 64 if workload != "dense" else ()
-    case = Case("tilelang-seesaw", 64, 4096, "float16", 16, workload, page_size=64, lengths=lengths)
+    case = Case("tilelang-seesaw", 64, 4096, "float16", 16, workload=workload, page_size=64, lengths=lengths)
     with pytest.raises(interleaved.ConfirmError, match=message):
         interleaved.case_config_at(kernel_commits.repo, commit, module, case, "sm_90")

@@ -25,12 +25,12 @@ from mlagate.tune import run as pipeline
 
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 SMALL_SPACE = {"block_N": [32, 64]}  # with the default (N64): two candidates per shape
-B64, B128 = (64, 4096, 16, "float16"), (128, 4096, 16, "float16")
+B64, B128 = (64, 4096, 16, "float16", 1), (128, 4096, 16, "float16", 1)  # tuned.shape_key: s_q last
 
 
 def raw_with(space=None, **tune_changes):
     raw = copy.deepcopy(RAW)
-    raw["grid"]["quick"] = {"batch": [64, 128], "seqlen": [4096], "heads": [16]}
+    raw["grid"]["quick"] = {"batch": [64, 128], "seqlen": [4096], "heads": [16], "q_len": [1]}
     if space is not None:
         raw["tune"]["hopper"]["space"] = space
     raw["tune"]["hopper"].update(tune_changes)

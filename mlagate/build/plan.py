@@ -16,6 +16,20 @@ FORCED_SPLIT = 4
 DEFAULT_CONFIGS = {"cuda": ("hopper", "cdna3"), "hip": ("cdna3",)}
 
 
+def build_shapes(sizes: dict, grid: str, dtypes) -> list:
+    """The shapes `mlagate build --grid <grid>` lowers: the grid's points at one query token, and at each of its
+    q_len > 1 the quick grid's points only. The full grid at q_len 1, 2 and 4 would triple CI's build step
+    (`--grid full`, both targets); the quick grid's points (16 heads, the TP8-with-MTP shape) add 8 shapes to
+    its 80. ``sizes``: perf.yml's grid sizes {name: (batches, seqlens, heads, q_lens)}."""
+    from mlagate.kernels import mla_decode
+
+    batches, seqlens, heads, q_lens = sizes[grid]
+    quick = sizes["quick"]
+    shapes = [mla_decode.Shape(b, s, h, d) for d in dtypes for h in heads for b in batches for s in seqlens]
+    return shapes + [mla_decode.Shape(b, s, h, d, s_q=q) for q in q_lens if q > 1
+                     for d in dtypes for h in quick[2] for b in quick[0] for s in quick[1]]
+
+
 class BuildError(ValueError):
     """A target or toolchain the build cannot use; the message says what to do."""
 

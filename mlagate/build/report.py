@@ -33,10 +33,11 @@ def kernel_rows(job: Job, lowered: dict, compiled: dict | None, smem_limit: int 
     p = job.plan()
     s = job.shape
     common = {"config": job.config.name, "dtype": s.dtype, "batch": s.batch, "seqlen": s.seqlen, "heads": s.heads,
-              "num_split": p.num_split, "forced_split": job.forced}
+              "s_q": s.s_q, "num_split": p.num_split, "forced_split": job.forced}
 
-    def key(role):
-        return f"{job.config.name}/{s.dtype}/h{s.heads}/b{s.batch}/s{s.seqlen}/{role}"
+    def key(role):  # s_q past one token only: a report from before the q_len axis names its kernels the same
+        sq = f"/sq{s.s_q}" if s.s_q != 1 else ""
+        return f"{job.config.name}/{s.dtype}/h{s.heads}{sq}/b{s.batch}/s{s.seqlen}/{role}"
 
     def failed(error):  # the whole program, under its main kernel's name
         role = "split" if p.num_split > 1 else "no-split"
@@ -153,7 +154,7 @@ def build_reports(targets, configs: dict, shapes, *, jobs: int = 1, codegen_only
             "cuobjdump": tools.get("cuobjdump") if tools else None,
             "source_level_only": _source_level(kind, tools, why_source.get(t)),
             "configs": {c.name: asdict(c) for c in configs[t]},
-            "shapes": sorted({(s.batch, s.seqlen, s.heads) for s in shapes}),
+            "shapes": sorted({(s.batch, s.seqlen, s.heads, s.s_q) for s in shapes}),
             "dtypes": sorted({s.dtype for s in shapes}),
             "kernels": sorted(rows[t], key=lambda r: r["kernel"]),
             "sources": len({r.get("source") for r in rows[t] if r.get("source")}),

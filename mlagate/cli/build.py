@@ -50,9 +50,7 @@ def run(args, cfg) -> int:
         if elsewhere:
             raise BuildError(f"--config-name {elsewhere[0].name}: the {elsewhere[0].schedule} schedule does not build "
                              f"for {t}")
-    batches, seqlens, heads = cfg.grid.sizes[args.grid]
-    shapes = [mla_decode.Shape(b, s, h, d)
-              for d in (args.dtype or mla_decode.DTYPES) for h in heads for b in batches for s in seqlens]
+    shapes = plan.build_shapes(cfg.grid.sizes, args.grid, args.dtype or mla_decode.DTYPES)
     commit = None
     if args.record:
         from mlagate.gitops import resolve

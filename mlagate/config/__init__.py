@@ -21,6 +21,7 @@ PLATFORMS = ("rocm", "cuda")
 DTYPES = ("float16", "bfloat16")
 # Query heads per GPU: DeepSeek's 128 under tensor parallelism 8, 4, 2 and 1.
 HEADS = (16, 32, 64, 128)
+Q_LENS = tuple(range(1, 9))  # query tokens per sequence (s_q): 1 plain decode, 2-4 MTP; the kernels take 1..8
 KNOWN_IMPLS = ("tilelang-hopper", "tilelang-seesaw", "tilelang-cdna3", "flash_mla", "flashinfer", "aiter", "triton",
                "torch")
 # The TileLang config families (kernels/mla_decode.py CONFIGS), by their implementations' names.
@@ -29,16 +30,16 @@ TILELANG_FAMILIES = tuple(i.removeprefix(TILELANG_PREFIX) for i in KNOWN_IMPLS i
 
 @dataclass(frozen=True)
 class Grid:
-    sizes: dict  # name -> (batches, seqlens, heads)
+    sizes: dict  # name -> (batches, seqlens, heads, q_lens)
     workloads: dict  # name -> the workloads measured with the grid (perf.yml `workloads:` names)
 
     def cases(self, name: str, impls, dtypes) -> list:
         """The grid's dense cases."""
         if name not in self.sizes:
             raise ConfigError(f"grid.{name}: no such grid; known: {sorted(self.sizes)}")
-        batches, seqlens, heads = self.sizes[name]
-        return [Case(impl, b, s, d, h)
-                for impl, d, h, b, s in itertools.product(impls, dtypes, heads, batches, seqlens)]
+        batches, seqlens, heads, q_lens = self.sizes[name]
+        return [Case(impl, b, s, d, h, q)
+                for impl, d, h, q, b, s in itertools.product(impls, dtypes, heads, q_lens, batches, seqlens)]
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ class Platform:
     dtypes: tuple  # what the gate measures here: dtypes the vendor kernel takes, so every ratio exists
     vendor_heads: tuple  # head counts the vendor kernel has; elsewhere no ratio exists, by declaration
     page_size: int  # tokens per page of every workload's cache here: one the vendor kernel takes
+    vendor_q_len_heads: tuple = ()  # of vendor_heads, those where it takes q_len > 1 too
+
+    def has_vendor_kernel(self, heads: int, q_len: int) -> bool:
+        return heads in self.vendor_heads and (q_len == 1 or heads in self.vendor_q_len_heads)
 
 
 BUDGETS = ("record", "baseline", "confirm")
@@ -128,9 +133,9 @@ class Config:
         dtypes = dtypes or p.dtypes
         cases = self.grid.cases(grid, impls, dtypes)
         for w in (self.workloads[name] for name in self.grid.workloads[grid]):
-            cases += [self._workload_case(w, impl, b, d, h, p)
-                      for impl, d, h, b in itertools.product(impls, dtypes, w.heads, w.batch)]
-        return [c for c in cases if c.impl != p.vendor or c.heads in p.vendor_heads]
+            cases += [self._workload_case(w, impl, b, d, h, p, q)
+                      for impl, d, h, q, b in itertools.product(impls, dtypes, w.heads, w.q_len, w.batch)]
+        return [c for c in cases if c.impl != p.vendor or p.has_vendor_kernel(c.heads, c.q_len)]
 
     def listed_keys(self, platform: str, grid: str | None = None) -> frozenset:
         """Every case key perf.yml measures on a platform in ``grid`` (every grid where it is not known), in
@@ -149,15 +154,15 @@ class Config:
         if name not in self.workloads:
             raise ConfigError(f"workloads.{name}: not in perf.yml, but {case.label(tag=True)} was recorded")
         full = self._workload_case(self.workloads[name], case.impl, case.batch, case.dtype, case.heads,
-                                   self.platform(platform))
+                                   self.platform(platform), case.q_len)
         if full != case:
             raise ConfigError(f"workloads.{name}: perf.yml defines {full.label(tag=True)}, but {case.label(tag=True)} "
                               "was recorded (the workload changed since)")
         return full
 
     @staticmethod
-    def _workload_case(w, impl, batch, dtype, heads, p: Platform) -> Case:
-        return Case(impl, batch, w.mean, dtype, heads, w.tag(p.page_size), page_size=p.page_size,
+    def _workload_case(w, impl, batch, dtype, heads, p: Platform, q_len: int = 1) -> Case:
+        return Case(impl, batch, w.mean, dtype, heads, q_len, w.tag(p.page_size), page_size=p.page_size,
                     lengths=w.lengths(batch))
 
     def budget_for(self, impl: str, platform: str) -> str:
@@ -183,12 +188,13 @@ def parse(data) -> Config:
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown key (allowed: {', '.join(top_keys)})")
 
-    workloads = config_workloads.parse(top, HEADS)
+    workloads = config_workloads.parse(top, HEADS, Q_LENS)
     g = top.section("grid", ("quick", "full"))
     sizes, measured = {}, {}
     for name in ("quick", "full"):
-        s = g.section(name, ("batch", "seqlen", "heads", "workloads"))
-        sizes[name] = (s.int_list("batch"), s.int_list("seqlen"), s.int_list("heads", choices=HEADS))
+        s = g.section(name, ("batch", "seqlen", "heads", "q_len", "workloads"))
+        sizes[name] = (s.int_list("batch"), s.int_list("seqlen"), s.int_list("heads", choices=HEADS),
+                       s.int_list("q_len", choices=Q_LENS))
         measured[name] = s.choice_list("workloads", tuple(workloads)) if "workloads" in s.data else ()
     grid = Grid(sizes=sizes, workloads=measured)
 
@@ -197,14 +203,14 @@ def parse(data) -> Config:
     p = top.section("platforms", PLATFORMS)
     platforms = {}
     for name in PLATFORMS:
-        s = p.section(name, ("vendor", "tilelang", "dtypes", "vendor_heads", "page_size"))
+        s = p.section(name, ("vendor", "tilelang", "dtypes", "vendor_heads", "vendor_q_len_heads", "page_size"))
         vendor, tilelang = s.get("vendor", str), s.get("tilelang", str)
         for key, value in (("vendor", vendor), ("tilelang", tilelang)):
             if value not in impls:
                 raise ConfigError(f"platforms.{name}.{key}: {value!r} is not in implementations")
-        platforms[name] = Platform(vendor, tilelang, s.choice_list("dtypes", DTYPES),
-                                   s.int_list("vendor_heads", choices=HEADS), s.get("page_size", int, minimum=1,
-                                                                                           maximum=MAX_LENGTH))
+        heads = s.int_list("vendor_heads", choices=HEADS)
+        platforms[name] = Platform(vendor, tilelang, s.choice_list("dtypes", DTYPES), heads, s.get(
+            "page_size", int, minimum=1, maximum=MAX_LENGTH), s.int_list("vendor_q_len_heads", choices=heads))
 
     t = top.section("timing", ("cold_l2", "cuda_graph", "warmup_ms", "window_ms", "samples_per_window",
                                "min_samples", "max_clock_drop", "record_s", "budgets"))

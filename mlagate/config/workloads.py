@@ -32,6 +32,7 @@ class Workload:
     mean: int  # tokens per sequence, exactly: a case's seqlen, so TFLOPs count real tokens only
     batch: tuple
     heads: tuple
+    q_len: tuple = (1,)  # query tokens per sequence (s_q), each its own case
     minimum: int = 1
     maximum: int = MAX_LENGTH
     sigma: float = 0.0  # lognormal shape: the standard deviation of log(length)
@@ -68,12 +69,13 @@ class Workload:
     def tag(self, page_size: int) -> str:
         """The workload as a case's key holds it: its name and a digest of what it measures (the lengths'
         definition and the page size), so a redefined workload is a new case, never compared with the old."""
-        what = {k: v for k, v in asdict(self).items() if k not in ("name", "batch", "heads")}
+        # the measured axes are not the batch's definition (and keep every old workload case's key)
+        what = {k: v for k, v in asdict(self).items() if k not in ("name", "batch", "heads", "q_len")}
         digest = hashlib.sha256(json.dumps({**what, "page_size": page_size}, sort_keys=True).encode()).hexdigest()
         return f"{self.name}{TAG_MARK}{digest[:8]}"
 
 
-def parse(top: KeyReader, heads_allowed) -> dict:
+def parse(top: KeyReader, heads_allowed, q_lens_allowed) -> dict:
     """{name: Workload} of the `workloads:` section (optional: none without it)."""
     if "workloads" not in top.data:
         return {}
@@ -82,12 +84,13 @@ def parse(top: KeyReader, heads_allowed) -> dict:
     for name in section.data:
         if name == DENSE:
             raise ConfigError(f"workloads.{name}: '{DENSE}' names the grid's own cases; choose another name")
-        kind = section.section(name, ("distribution", "mean", "batch", "heads", "min", "max", "sigma", "seed"))
+        kind = section.section(name, ("distribution", "mean", "batch", "heads", "q_len", "min", "max", "sigma",
+                                      "seed"))
         distribution = kind.get("distribution", str)
         if distribution not in DISTRIBUTIONS:
             raise ConfigError(f"workloads.{name}.distribution: {distribution!r} is not one of "
                               f"{', '.join(DISTRIBUTIONS)}")
-        keys = ("distribution", "mean", "batch", "heads") + (("min", "max", "sigma", "seed")
+        keys = ("distribution", "mean", "batch", "heads", "q_len") + (("min", "max", "sigma", "seed")
                                                               if distribution == "lognormal" else ())
         w = section.section(name, keys)
         for key in keys:
@@ -98,7 +101,8 @@ def parse(top: KeyReader, heads_allowed) -> dict:
         if max(batch) > MAX_BATCH:
             raise ConfigError(f"workloads.{name}.batch: {max(batch)} is over {MAX_BATCH} sequences")
         fields = dict(name=name, distribution=distribution, mean=mean, batch=batch,
-                      heads=w.int_list("heads", choices=heads_allowed))
+                      heads=w.int_list("heads", choices=heads_allowed),
+                      q_len=w.int_list("q_len", choices=q_lens_allowed))
         if distribution == "lognormal":
             fields.update(minimum=w.get("min", int, minimum=1), maximum=w.get("max", int, maximum=MAX_LENGTH),
                           sigma=w.get("sigma", float, minimum=0, exclusive_min=True, maximum=4),
@@ -106,5 +110,11 @@ def parse(top: KeyReader, heads_allowed) -> dict:
             if not fields["minimum"] <= mean <= fields["maximum"]:
                 raise ConfigError(f"workloads.{name}.mean: {mean} must lie within min {fields['minimum']} and "
                                   f"max {fields['maximum']}")
-        workloads[name] = Workload(**fields)
+        workload = Workload(**fields)
+        for batch_size in batch:  # token i of s_q sees the cache up to L - s_q + i: a shorter one has no row
+            if min(workload.lengths(batch_size)) < max(workload.q_len):
+                raise ConfigError(f"workloads.{name}.q_len: {max(workload.q_len)} query tokens, but batch "
+                                  f"{batch_size} holds a sequence of {min(workload.lengths(batch_size))} (the "
+                                  "kernels refuse a cache shorter than its query tokens)")
+        workloads[name] = workload
     return workloads

@@ -2,6 +2,7 @@
 
 from mlagate.config import Platform
 from mlagate.decide.vocabulary import Kind, Status, fail, positive, warn
+from mlagate.measure.aiter_dispatch import kernel_row
 
 
 def vendor_kernel(env, vendor: str, case: tuple):
@@ -10,7 +11,7 @@ def vendor_kernel(env, vendor: str, case: tuple):
     entry = (((env or {}).get("start") or {}).get("vendors") or {}).get(vendor)
     if not entry:
         return None
-    row = (entry.get("kernels") or {}).get(f"{case[3]}/{case[4]}") or {}
+    row = (entry.get("kernels") or {}).get(kernel_row(case[3], case[4], case[5])) or {}
     return entry.get("version"), row.get("kernel")
 
 
@@ -31,12 +32,18 @@ def judge_ratio(cv, base_ratio, head_ratio, rule, platform: Platform, kernels=No
     base's; a case whose vendor kernel changed is re-baselined, one the vendor has no kernel for is not judged."""
     cv.vendor_ratio = head_ratio
     cv.base_vendor_ratio = base_ratio
-    vendor, heads = platform.vendor, cv.case[4]
-    if heads in platform.vendor_heads and head_ratio is not None and vendor_changed(cv, vendor, kernels):
+    vendor, heads, q_len = platform.vendor, cv.case[4], cv.case[5]
+    has_kernel = platform.has_vendor_kernel(heads, q_len)
+    if has_kernel and head_ratio is not None and vendor_changed(cv, vendor, kernels):
         return
     if heads not in platform.vendor_heads:
         warn(cv, Kind.NO_VENDOR_KERNEL, f"no vendor ratio: {vendor} has no {heads}-head kernel (perf.yml "
                                          f"vendor_heads {list(platform.vendor_heads)}); gated on latency alone")
+        return
+    if not has_kernel:
+        warn(cv, Kind.NO_VENDOR_KERNEL, f"no vendor ratio: {vendor} has no {heads}-head kernel for {q_len} query "
+                                         f"tokens (perf.yml vendor_q_len_heads {list(platform.vendor_q_len_heads)});"
+                                         " gated on latency alone")
         return
     if head_ratio is None:  # a gated case the vendor rules cannot judge must not pass
         fail(cv, Kind.NO_RATIO, f"no vendor ratio in the head results: {vendor} was not measured at this "

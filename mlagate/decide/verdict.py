@@ -29,7 +29,7 @@ from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, ok_value
 
 @dataclass
 class CaseVerdict:
-    case: tuple  # (impl, batch, seqlen, dtype, heads)
+    case: tuple  # a case key (impl, batch, seqlen, dtype, heads, q_len, workload)
     status: Status
     reasons: list = field(default_factory=list)  # Note: why the case fails or is an error
     warnings: list = field(default_factory=list)  # Note

@@ -50,10 +50,10 @@ def step_name(step: float) -> str:
 
 
 def shape_key(case_key: tuple) -> tuple:
-    """A dense case (impl, batch, seqlen, dtype, heads, workload) as the patch looks it up for a kernel:
-    (config name, batch, seqlen, heads, dtype) of the dense Shape and TileConfig attend_macro is built for."""
-    impl, batch, seqlen, dtype, heads, _ = case_key
-    return (impl.split("-", 1)[1], batch, seqlen, heads, dtype)
+    """A dense case (impl, batch, seqlen, dtype, heads, q_len, workload) as the patch looks it up for a kernel:
+    (config name, batch, seqlen, heads, dtype, s_q) of the dense Shape and TileConfig attend_macro is built for."""
+    impl, batch, seqlen, dtype, heads, q_len, _ = case_key
+    return (impl.split("-", 1)[1], batch, seqlen, heads, dtype, q_len)
 
 
 # -- calibration -----------------------------------------------------------------------------
@@ -104,7 +104,7 @@ def patched(source: str, step, cycles: dict, run_id: str, path: str = DENSE_FILE
     return text + f'''
 
 {PATCH_MARK} {run_id}: step {name} -- a calibrated spin at the start of every decode block.
-# Keys: (config, batch, seqlen, heads, dtype) of a dense shape; any other shape lowers unchanged.
+# Keys: (config, batch, seqlen, heads, dtype, s_q) of a dense shape; any other shape lowers unchanged.
 _LADDER_CYCLES = {{
 {rows}}}
 _ladder_attend_macro = attend_macro
@@ -114,7 +114,8 @@ def ladder_cycles(shape, config):
     """The spin this step adds to a kernel of ``shape`` and ``config``, in GPU clock cycles (None: none)."""
     if not hasattr(shape, "seqlen"):  # the paged kernel's PagedShape: never spun
         return None
-    return _LADDER_CYCLES.get((config.name, shape.batch, shape.seqlen, shape.heads, shape.dtype))
+    return _LADDER_CYCLES.get((config.name, shape.batch, shape.seqlen, shape.heads, shape.dtype,
+                               getattr(shape, "s_q", 1)))
 
 
 def attend_macro(shape, config, *args, **kwargs):

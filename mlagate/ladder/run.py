@@ -7,10 +7,9 @@ spin of about 8% of the case's time), alternated; from those medians the cycles 
 Then one throw-away commit per step on top of base (a comment for 0%, the spin for the others), each alternated
 with base on its own (as the gate re-measures): that measured share is the step's injected value. Each is kept by
 a ref under refs/mlagate/ladder/. Each repetition records base and every step's commit through the normal
-`record` path into a store of its own and gates each step against base with --confirm. Every finished step
-is a JSON file in its repetition's folder, so a killed ladder started again with the same arguments and --out
-resumes where it stopped. The refs stay after the ladder (its table names the commits); `git for-each-ref
---format='delete %(refname)' refs/mlagate/ladder/ | git update-ref --stdin` drops them all.
+`record` path into a store of its own and gates each step against base with --confirm. Every finished step is
+a JSON file in its repetition's folder: a killed ladder started again resumes. The refs stay (its table names
+them); `git for-each-ref --format='delete %(refname)' refs/mlagate/ladder/ | git update-ref --stdin` drops them.
 """
 
 import os
@@ -85,8 +84,9 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
     files = tuple(sorted({ladder.SCHEDULES[c.schedule][0] for c in configs.values()}))
     # the dense grid's: each gated schedule's file gets the step's delay, and the paged kernel is not spun
     cases = tuple(c for c in cfg.cases(grid, gated, here) if not c.paged) if gated else ()
-    other = [c for c in cases if mla_decode.kernel_config(mla_decode.Shape(c.batch, c.seqlen, c.heads, c.dtype),
-                                                          configs[c.impl]).schedule != configs[c.impl].schedule]
+    runs = {c: mla_decode.kernel_config(mla_decode.Shape(c.batch, c.seqlen, c.heads, c.dtype, s_q=c.q_len),
+                                        configs[c.impl]) for c in cases}
+    other = [c for c in cases if runs[c].schedule != configs[c.impl].schedule]
     if other:  # the step's spin goes into the file of the config's own schedule, not the one that runs there
         raise ValueError(f"--grid {grid}: {other[0].label()} runs another schedule's kernel, which its spin misses")
     if not cases:

@@ -12,6 +12,7 @@ object's AMDGPU metadata (VGPRs, SGPRs, LDS, scratch, kernarg size, wavefront) c
 import functools
 import importlib.metadata
 import importlib.util
+import itertools
 import re
 import shutil
 import subprocess
@@ -29,6 +30,13 @@ SCALAR_TYPES = {"bfloat16": "BFloat16", "float16": "Half", "float32": "Float",
 # what the record lists: every dtype aiter's decode could take, at head counts DeepSeek-style MLA uses
 TABLE_DTYPES = ("bfloat16", "float8_e4m3fnuz")
 TABLE_HEADS = (8, 16, 32, 64, 128)
+TABLE_Q_LENS = (1, 2, 4)  # query tokens per sequence (mla_decode_fwd's max_seqlen_q): perf.yml's q_len axis
+
+
+def kernel_row(dtype: str, heads: int, q_len: int = 1) -> str:
+    """A case's row of table(): "dtype/heads", with "/s_q=N" past one query token (a record from before the
+    q_len axis has only those rows)."""
+    return f"{dtype}/{heads}" + (f"/s_q={q_len}" if q_len != 1 else "")
 
 
 class ContractError(Exception):
@@ -209,7 +217,8 @@ def _chain(source_path: Path):
 def decode_kernel(dtype: str, heads: int, *, kv_dtype: str | None = None, max_seqlen_q: int = 1,
                   persistent: bool = False, root: Path | None = None) -> Kernel:
     """The code object aiter's stage-1 decode runs for queries of ``dtype`` with ``heads`` heads over one KV
-    head (MLA), as mlagate calls it (non-persistent, one query token); raises NoKernel where aiter has none."""
+    head (MLA) and ``max_seqlen_q`` query tokens per sequence, as mlagate calls it (non-persistent); raises
+    NoKernel where aiter has none."""
     root = root or meta_root()
     if root is None:
         raise ContractError("aiter is not installed: no asm_mla.cu to replay")
@@ -268,14 +277,14 @@ def resources(kernel: Kernel, arch: str, root: Path | None = None) -> dict:
 
 
 def table(arch: str, root: Path | None = None) -> dict:
-    """What the record keeps: for each "dtype/heads" of TABLE_DTYPES x TABLE_HEADS, the code object aiter's
-    decode runs on ``arch`` and its resources, or why there is none."""
+    """What the record keeps: for each row (kernel_row) of TABLE_DTYPES x TABLE_HEADS x TABLE_Q_LENS, the code
+    object aiter's decode runs on ``arch`` and its resources, or why there is none."""
     rows = {}
     for dtype in TABLE_DTYPES:
-        for heads in TABLE_HEADS:
-            key = f"{dtype}/{heads}"
+        for heads, q_len in itertools.product(TABLE_HEADS, TABLE_Q_LENS):
+            key = kernel_row(dtype, heads, q_len)
             try:
-                kernel = decode_kernel(dtype, heads, root=root)
+                kernel = decode_kernel(dtype, heads, max_seqlen_q=q_len, root=root)
                 rows[key] = {"kernel": kernel.symbol, "code_object": kernel.code_object}
                 rows[key].update(resources(kernel, arch, root))
             except NoKernel as e:

@@ -29,7 +29,7 @@ IDLE_REWARM_S = 1.0  # a GPU left idle this long while the worker waited for a c
 def estimated_cost(case: Case) -> float:
     """Relative run time of a case, for longest-first scheduling."""
     slow = {"torch": 4.0, "tilelang-cdna3": 3.0}.get(case.impl, 1.0)
-    return case.batch * case.seqlen * (case.heads / 128) * slow + 5e5  # + fixed setup cost per case
+    return case.batch * case.seqlen * (case.heads * case.q_len / 128) * slow + 5e5  # + fixed setup cost per case
 
 
 def shard(cases, n_gpus: int) -> list:
@@ -52,8 +52,8 @@ def shard(cases, n_gpus: int) -> list:
 
 def point_cost(p: tuple) -> float:
     """Relative run time of a grid point (its implementations run each), for longest-first scheduling."""
-    batch, seqlen, _, heads, _ = p
-    return batch * seqlen * (heads / 128) + 5e5
+    batch, seqlen, _, heads, q_len, _ = p
+    return batch * seqlen * (heads * q_len / 128) + 5e5
 
 
 def worker_visible_env(parent_env: dict, index: int) -> dict:
@@ -206,8 +206,8 @@ def add_metrics(results, *, peaks=None, vendor: str | None = None) -> list:
         times = r.samples.times_ms if r.samples else ()
         if r.status == RunStatus.OK and times:
             s, c = summary.describe(times), r.case
-            work = metrics.flops(c.batch, c.heads, c.seqlen)
-            traffic = metrics.bytes_moved(c.batch, c.heads, c.seqlen, c.dtype)
+            work = metrics.flops(c.batch, c.heads, c.seqlen, c.q_len)
+            traffic = metrics.bytes_moved(c.batch, c.heads, c.seqlen, c.dtype, c.q_len)
             r = replace(r, median_ms=s["median"], iqr_ms=s["iqr"], ci99_ms=(s["ci_low"], s["ci_high"]),
                         outliers=s["outliers"], n=s["n"], tflops=metrics.tflops(work, s["median"]),
                         gbps=metrics.gbps(traffic, s["median"]),
@@ -223,8 +223,8 @@ def add_metrics(results, *, peaks=None, vendor: str | None = None) -> list:
     return out
 
 
-CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "heads", "workload", "status", "median_ms", "iqr_ms", "n", "tflops",
-              "gbps", "roofline", "vendor_ratio", "gpu", "reason")
+CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "heads", "q_len", "workload", "status", "median_ms", "iqr_ms", "n",
+              "tflops", "gbps", "roofline", "vendor_ratio", "gpu", "reason")
 
 
 def write_outputs(path, results, environment: dict):

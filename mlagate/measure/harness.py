@@ -33,10 +33,12 @@ class Inputs:
             from mlagate.kernels import mla_decode_paged
 
             self.tensors = impls.Paged(*mla_decode_paged.random_paged_inputs(
-                case.batch, case.heads, case.lengths, case.page_size, case.dtype, device=device, seed=SEED))
+                case.batch, case.heads, case.lengths, case.page_size, case.dtype, device=device, seed=SEED,
+                s_q=case.q_len))
             self.expected, _ = mla_decode_paged.reference_paged(*self.tensors)
         else:
-            shape = mla_decode.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
+            shape = mla_decode.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype,
+                                     s_q=case.q_len)
             self.tensors = mla_decode.random_inputs(shape, device=device, seed=SEED)
             self.expected, _ = mla_decode.reference(*self.tensors)
 

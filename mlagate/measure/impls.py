@@ -1,69 +1,24 @@
 """Every MLA decode implementation behind one interface.
 
 ``prepare(impl, inputs, device)`` turns the shared inputs into a zero-argument launch that
-returns the output [batch, heads, 512]. Inputs are a dense batch (q, q_pe, kv, k_pe in the
+returns the output: q's shape, [batch, heads, 512], or [batch, s_q, heads, 512] where a sequence
+has s_q > 1 query tokens (causal among themselves: FlashMLA's causal=True; a vendor's flat
+[batch * s_q, heads, 512] reads the same). Inputs are a dense batch (q, q_pe, kv, k_pe in the
 TileLang layout, one length for all) or a :class:`Paged` one (a workload: a page table and
 per-sequence lengths). Vendor kernels always read pages: a dense batch is handed to them as
 contiguous pages of their size. Layout conversions happen here, once, outside any timed
-region. An implementation that cannot run here raises :class:`Unavailable` with the reason.
+region (the layouts: measure/layouts.py). An implementation that cannot run here raises
+:class:`Unavailable` with the reason.
 """
 
 import importlib.util
-import itertools
-import math
 from functools import partial
-from typing import NamedTuple
 
 import torch
 
 from mlagate.case import TILELANG_PREFIX
 from mlagate.kernels import mla_decode, tuned
-
-
-class Unavailable(Exception):
-    """This implementation cannot run here (library missing, wrong architecture)."""
-
-
-class Paged(NamedTuple):
-    """A batch over a paged KV cache: sequence b's tokens are in the pages block_table[b, :ceil(len / page)],
-    in any order; unused table entries are -1."""
-
-    q: torch.Tensor  # [batch, heads, dim]
-    q_pe: torch.Tensor  # [batch, heads, pe_dim]
-    kv_cache: torch.Tensor  # [num_pages, page_size, dim]
-    k_pe_cache: torch.Tensor  # [num_pages, page_size, pe_dim]
-    block_table: torch.Tensor  # [batch, max_pages] int32
-    seqlens: torch.Tensor  # [batch] int32
-
-    @property
-    def page_size(self) -> int:
-        return self.kv_cache.shape[1]
-
-    def page_lists(self) -> tuple:
-        """The used pages as CSR lists, int32 on the cache's device: (indptr [batch + 1], counted in pages;
-        the page ids, sequence by sequence)."""
-        pages = [math.ceil(n / self.page_size) for n in self.seqlens.tolist()]
-        device = self.block_table.device
-        used = torch.arange(self.block_table.shape[1], device=device)[None, :] < \
-            torch.tensor(pages, device=device)[:, None]
-        indptr = torch.tensor([0, *itertools.accumulate(pages)], dtype=torch.int32, device=device)
-        return indptr, self.block_table[used].contiguous()
-
-
-def as_pages(inputs, impl: str, page_size: int) -> Paged:
-    """``inputs`` as a Paged batch: a dense batch as contiguous pages of ``page_size`` (views, no copy)."""
-    if isinstance(inputs, Paged):
-        if inputs.page_size != page_size:
-            raise Unavailable(f"{impl}: takes pages of {page_size} tokens, this cache has {inputs.page_size}")
-        return inputs
-    q, q_pe, kv, k_pe = inputs
-    batch, seqlen = kv.shape[0], kv.shape[1]
-    if seqlen % page_size:
-        raise Unavailable(f"{impl}: this harness pages the cache in blocks of {page_size}; seqlen {seqlen} is not "
-                          "a multiple")
-    i32 = dict(dtype=torch.int32, device=q.device)
-    return Paged(q, q_pe, kv.view(-1, page_size, kv.shape[-1]), k_pe.view(-1, page_size, k_pe.shape[-1]),
-                 torch.arange(batch * seqlen // page_size, **i32).view(batch, -1), torch.full((batch,), seqlen, **i32))
+from mlagate.measure.layouts import Paged, Unavailable, as_pages, as_rows, lse_like, query_tokens
 
 
 def _require(module: str, impl: str):
@@ -108,11 +63,11 @@ def case_kernel(case, arch: str):
     if case.paged:
         from mlagate.kernels.mla_decode_paged import PagedShape
 
-        shape = PagedShape.holding(case.lengths, case.heads, case.page_size, case.dtype)
+        shape = PagedShape.holding(case.lengths, case.heads, case.page_size, case.dtype, s_q=case.q_len)
         config = paged_config(case.impl, shape.at_mean_length(case.lengths), arch)
         kernel = (shape, config, tuple(case.lengths))
     else:
-        shape = mla_decode.Shape(case.batch, case.seqlen, case.heads, case.dtype)
+        shape = mla_decode.Shape(case.batch, case.seqlen, case.heads, case.dtype, s_q=case.q_len)
         config = tilelang_config(case.impl, shape, arch)
         kernel = (shape, config)
     return None if _not_here(case.impl, config, arch) else kernel
@@ -133,8 +88,7 @@ def _tilelang(impl, inputs, device):
     shape = mla_decode.check_inputs(q, q_pe, kv, k_pe)
     config = _tilelang_config_here(impl, shape, device)
     kernel = mla_decode.compiled(shape, config, device)
-    out = torch.empty_like(q)
-    lse = torch.empty(shape.batch, shape.heads, device=device, dtype=torch.float32)
+    out, lse = torch.empty_like(q), lse_like(q)
     return lambda: kernel(q, q_pe, kv, k_pe, out, lse)[0]
 
 
@@ -155,18 +109,20 @@ def _tilelang_paged(impl, paged: Paged, device):
     lengths = paged.seqlens.tolist()
     config = _tilelang_config_here(impl, shape.at_mean_length(lengths), device, paged=True)
     kernel = mla_decode_paged.compiled(shape, config, device, lengths)
-    out = torch.empty_like(paged.q)
-    lse = torch.empty(shape.batch, shape.heads, device=device, dtype=torch.float32)
+    out, lse = torch.empty_like(paged.q), lse_like(paged.q)
     return lambda: kernel(*paged, out, lse)[0]
 
 
 def _triton(inputs, device):
-    _require("triton", "triton")
     if isinstance(inputs, Paged):
         raise Unavailable("triton: this Triton kernel (the seed's) reads a dense cache only")
+    q, q_pe, kv, k_pe = inputs
+    if query_tokens(q) > 1:
+        raise Unavailable(f"triton: this Triton kernel (the seed's) takes one query token per sequence, not "
+                          f"{query_tokens(q)} (no causal mask among new tokens)")
+    _require("triton", "triton")
     from mlagate.kernels.triton_mla import TritonDecode
 
-    q, q_pe, kv, k_pe = inputs
     batch, heads, dim = q.shape
     decode = TritonDecode(batch, heads, kv.shape[1], dim, q_pe.shape[2], device)
     out = torch.empty_like(q)
@@ -181,16 +137,19 @@ def _flash_mla(inputs, device):
     from flash_mla import flash_mla_with_kvcache, get_mla_metadata
 
     p = as_pages(inputs, "flash_mla", 64)
-    dim = p.q.shape[2]
-    q_all = torch.cat([p.q, p.q_pe], -1).unsqueeze(1)  # [b, 1, h, 576]
+    dim = p.q.shape[-1]
+    q_all = torch.cat([p.q, p.q_pe], -1)
+    q_all = q_all if q_all.dim() == 4 else q_all.unsqueeze(1)  # [b, s_q, h, 576]
     cache = torch.cat([p.kv_cache, p.k_pe_cache], -1).unsqueeze(2)  # [pages, 64, 1, 576]
     blocks = p.block_table.clamp_min(0)  # unused entries (never read) as a valid page id
     schedule, _ = get_mla_metadata()  # one per batch: a reused schedule gives wrong results silently
     scale = q_all.shape[-1] ** -0.5
 
+    causal = p.s_q > 1  # sgl-flash-mla 1.0.0's dense decode: the s_q new tokens are the cache's last positions
+
     def run():
         out, _ = flash_mla_with_kvcache(q_all, cache, blocks, p.seqlens, dim, schedule, softmax_scale=scale,
-                                        causal=False, use_legacy=True)
+                                        causal=causal, use_legacy=True)
         return out
 
     return run
@@ -203,16 +162,17 @@ def _flashinfer(inputs, device):
     from flashinfer.mla import BatchMLAPagedAttentionWrapper, MLAPlanMetadata
 
     p = as_pages(inputs, "flashinfer", 64)
-    batch, heads, dim = p.q.shape
-    pe_dim = p.q_pe.shape[2]
+    q, q_pe = as_rows(p.q, p.q_pe)  # [batch * s_q, heads, d]: qo_indptr steps s_q rows per sequence
+    batch, s_q, (heads, dim), pe_dim = p.seqlens.shape[0], p.s_q, q.shape[1:], q_pe.shape[-1]
     kv_indptr, page_ids = p.page_lists()
     i32 = dict(dtype=torch.int32, device=device)
     wrapper = BatchMLAPagedAttentionWrapper(torch.empty(128 << 20, dtype=torch.uint8, device=device), backend="fa3")
-    meta = MLAPlanMetadata.csr(torch.arange(batch + 1, **i32), kv_indptr, page_ids, p.seqlens)
+    meta = MLAPlanMetadata.csr(torch.arange(0, (batch + 1) * s_q, s_q, **i32), kv_indptr, page_ids, p.seqlens)
+    # flashinfer-python 0.7.2.post1's FA3 causal mask is bottom-right (query i of qo_len sees kv_len - qo_len + i)
     wrapper.plan(metadata=meta, num_heads=heads, head_dim_ckv=dim, head_dim_kpe=pe_dim, page_size=p.page_size,
-                 causal=False, sm_scale=(dim + pe_dim) ** -0.5, q_data_type=p.q.dtype, kv_data_type=p.kv_cache.dtype,
+                 causal=s_q > 1, sm_scale=(dim + pe_dim) ** -0.5, q_data_type=q.dtype, kv_data_type=p.kv_cache.dtype,
                  query_layout="split", kv_cache_layout="split")
-    return lambda: wrapper.run(query=(p.q, p.q_pe), kv_cache=(p.kv_cache, p.k_pe_cache))
+    return lambda: wrapper.run(query=(q, q_pe), kv_cache=(p.kv_cache, p.k_pe_cache))
 
 
 def _aiter(inputs, device):
@@ -227,26 +187,27 @@ def _aiter(inputs, device):
     if p.q.dtype != torch.bfloat16:
         raise Unavailable(f"aiter: this harness feeds mla_decode_fwd bfloat16 queries (aiter takes bf16 or fp8 "
                           f"with scales), not {p.q.dtype}")
-    batch, heads, dim = p.q.shape
+    q, q_pe = as_rows(p.q, p.q_pe)
+    batch, s_q, (heads, dim) = p.seqlens.shape[0], p.s_q, q.shape[1:]
     try:
-        aiter_dispatch.decode_kernel("bfloat16", heads)
+        aiter_dispatch.decode_kernel("bfloat16", heads, max_seqlen_q=s_q)
     except aiter_dispatch.NoKernel as e:
         raise Unavailable(f"aiter: {e}") from None
     from aiter.mla import mla_decode_fwd
 
     kv_indptr, page_ids = p.page_lists()  # pages of one token: indptr counts tokens
     i32 = dict(dtype=torch.int32, device=device)
-    q_all = torch.cat([p.q, p.q_pe], -1).contiguous()
+    q_all = torch.cat([q, q_pe], -1).contiguous()  # [batch * s_q, heads, 576]
     cache = torch.cat([p.kv_cache, p.k_pe_cache], -1).unsqueeze(2)  # [tokens, 1, 1, 576]
-    qo_indptr = torch.arange(batch + 1, **i32)
+    qo_indptr = torch.arange(0, (batch + 1) * s_q, s_q, **i32)
     last_page_lens = torch.ones(batch, **i32)
-    out = torch.empty(batch, heads, dim, dtype=p.q.dtype, device=device)
+    out = torch.empty(batch * s_q, heads, dim, dtype=p.q.dtype, device=device)
     scale = q_all.shape[-1] ** -0.5
 
     def run():
         # amd-aiter 0.1.7.post2.dev18 (the image's): the page size and KV heads come from kv_buffer's shape;
         # sm_scale by keyword, as later aiter inserted page_size/nhead_kv before it
-        mla_decode_fwd(q_all, cache, out, qo_indptr, kv_indptr, page_ids, last_page_lens, 1, sm_scale=scale)
+        mla_decode_fwd(q_all, cache, out, qo_indptr, kv_indptr, page_ids, last_page_lens, s_q, sm_scale=scale)
         return out
 
     return run

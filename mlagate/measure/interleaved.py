@@ -92,10 +92,17 @@ def config_at(repo, commit, module, family: str, shape, arch: str):
     return default.with_(**{f: getattr(entry.config, f) for f in tuned.TUNABLE}) if entry else default
 
 
+def dense_shape(module, case: Case):
+    """``module``'s (a commit's kernel file) Shape of ``case``: s_q only past one query token, so a commit from
+    before the q_len axis still builds its one-token cases."""
+    extra = {"s_q": case.q_len} if case.q_len != 1 else {}
+    return module.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype, **extra)
+
+
 def case_config_at(repo, commit, module, case: Case, arch: str):
     """The tile config ``commit`` (``module``: its kernel file) runs ``case`` with: its family's at the case's
     (mean) length, and for a paged batch the paged kernel's for that, by the commit's own rule and table."""
-    shape = module.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
+    shape = dense_shape(module, case)
     config = config_at(repo, commit, module, case.impl[len(TILELANG_PREFIX):], shape, arch)
     if case.paged and config.schedule != "pipelined":
         if not hasattr(module, "paged_config"):
@@ -110,14 +117,14 @@ def launch_at(repo, commit, case: Case, inputs: Inputs):
     """The checked launch of ``case``'s TileLang kernel as ``commit`` has it: kernel file and tuned table."""
     module = kernel_module_at(repo, commit)
     q = inputs.tensors[0]
-    shape = module.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype)
+    shape = dense_shape(module, case)
     config = case_config_at(repo, commit, module, case, mla_decode.device_arch(q.device))
     if case.paged:  # the config the dense kernel runs at the batch's mean length, as impls does
         paged = kernel_module_at(repo, commit, PAGED_KERNEL_FILE)
         kernel = paged.compiled(paged.check_paged_inputs(*inputs.tensors), config, lengths=case.lengths)
     else:
         kernel = module.compiled(shape, config)
-    out, lse = torch.empty_like(q), torch.empty(case.batch, case.heads, device=q.device, dtype=torch.float32)
+    out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device=q.device, dtype=torch.float32)
 
     def launch():
         kernel(*inputs.tensors, out, lse)

@@ -114,7 +114,9 @@ def workload_cell(case: Case) -> str:
 
 
 def page_name(case: Case) -> str:
-    return f"{CASES_DIR}/" + re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(map(str, case.key))) + ".html"
+    """The case's page: its key, with s_q past one query token only (a link from before the q_len axis holds)."""
+    key = case.key[:5] + ((f"sq{case.q_len}",) if case.q_len != 1 else ()) + case.key[6:]
+    return f"{CASES_DIR}/" + re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(map(str, key))) + ".html"
 
 
 def _cell_html(cls_text) -> str:

@@ -73,7 +73,7 @@ def module_files(*modules) -> set:
 def case_files(key: tuple, arch: str | None) -> set:
     """The repository files a case's measured kernel is built or configured from: its kernel modules (and
     what they import), the tuned table of its architecture, perf.yml."""
-    impl, workload = family_impl(key[0]), key[5]
+    impl, workload = family_impl(key[0]), key[-1]
     files = {CONFIG}
     if impl == "triton":
         files |= module_files("triton_mla")

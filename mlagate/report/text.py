@@ -18,16 +18,16 @@ def bench_table(results, *, vendor: str | None = None):
     from mlagate.case import RunStatus
 
     table = Table(title="MLA decode", show_lines=False)
-    for col in ("impl", "dtype", "heads", "batch", "seqlen", "workload", "latency µs", "±IQR", "TFLOPs", "GB/s",
+    for col in ("impl", "dtype", "heads", "s_q", "batch", "seqlen", "workload", "latency µs", "±IQR", "TFLOPs", "GB/s",
                 "roofline", f"vs {vendor}" if vendor else "vs vendor", "status"):
         table.add_column(col, justify="right" if col not in ("impl", "dtype", "workload", "status") else "left")
     for r in results:
         c = r.case
         if r.status != RunStatus.OK:
-            table.add_row(c.impl, c.dtype, str(c.heads), str(c.batch), str(c.seqlen), c.workload,
+            table.add_row(c.impl, c.dtype, str(c.heads), str(c.q_len), str(c.batch), str(c.seqlen), c.workload,
                           "", "", "", "", "", "", f"{r.status}: {r.reason or ''}"[:90])
             continue
-        table.add_row(c.impl, c.dtype, str(c.heads), str(c.batch), str(c.seqlen), c.workload,
+        table.add_row(c.impl, c.dtype, str(c.heads), str(c.q_len), str(c.batch), str(c.seqlen), c.workload,
                       _fmt(r.median_ms and r.median_ms * 1e3, ".1f"),
                       _fmt(r.iqr_ms and r.iqr_ms * 1e3, ".1f"), _fmt(r.tflops, ".1f"), _fmt(r.gbps, ".0f"),
                       _fmt(r.roofline and r.roofline * 100, ".0f") + "%",

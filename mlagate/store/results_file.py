@@ -36,8 +36,9 @@ BENCH_RATIO = "mla_decode.Throughput.track_vendor_ratio"
 WORKLOAD_BENCH = {"mla_decode.TimeWorkload.time_decode": BENCH_TIME,
                   "mla_decode.WorkloadThroughput.track_tflops": BENCH_TFLOPS,
                   "mla_decode.WorkloadThroughput.track_vendor_ratio": BENCH_RATIO}
-# Results recorded before heads, then the workload, became parameters: 128 heads, the dense grid.
-LEGACY_TAIL = (128, DENSE)
+# What a parameter recorded before it existed reads as: before heads, 128 heads; before q_len, one query
+# token per sequence; before workloads, the dense grid.
+LEGACY_VALUES = {"heads": 128, "q_len": 1, "workload": DENSE}
 
 
 @dataclass(frozen=True)
@@ -65,26 +66,37 @@ POSITIVE = (BENCH_TIME, BENCH_TFLOPS, BENCH_RATIO)
 # ... and physical ones: each within its bounds (json_reader's limits), per value and per raw sample.
 BOUNDS = {BENCH_TIME: (LATENCY_FLOOR_S, LATENCY_CEILING_S, "s"), BENCH_TFLOPS: (1e-6, TFLOPS_CEILING, " TFLOPs"),
           BENCH_RATIO: (1 / RATIO_CEILING, RATIO_CEILING, "")}
-_KEY_TYPES = (str, int, int, str, int, str)  # PARAM_NAMES' types
+_KEY_TYPES = (str, int, int, str, int, int, str)  # PARAM_NAMES' types
 _FULL_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 def case_keys(raw_params) -> list:
     """asv's parameter lists (values as Python literals) -> case keys, in asv's result order.
-    Files without the last parameters (heads, workload) read as LEGACY_TAIL's; the dense benchmarks
-    have no workload parameter."""
+    A parameter a file lacks reads as LEGACY_VALUES' (heads, q_len and workload came in that order; the
+    dense benchmarks have no workload parameter): four lists are (impl, batch, seqlen, dtype), five add
+    heads, six add q_len or, in a workload benchmark recorded before q_len, the workload (told by its type:
+    quoted names, where q_len's are integers)."""
     if not isinstance(raw_params, list) or not all(isinstance(v, list) for v in raw_params):
         raise _Invalid(f"params must be a list of lists, got {raw_params!r:.80}")
-    missing = len(PARAM_NAMES) - len(raw_params)
-    if 0 < missing <= len(LEGACY_TAIL):
-        raw_params = [*raw_params, *([repr(v)] for v in LEGACY_TAIL[len(LEGACY_TAIL) - missing:])]
-    if len(raw_params) != len(PARAM_NAMES):
+    if not 4 <= len(raw_params) <= len(PARAM_NAMES):
         raise ValueError(f"{len(raw_params)} parameters, expected {', '.join(PARAM_NAMES)}")
+    names = list(PARAM_NAMES[:len(raw_params)])
+    if len(raw_params) == 6 and raw_params[5] and all(_is_name(v) for v in raw_params[5]):
+        names[5] = "workload"
+    by_name = dict(zip(names, raw_params))
+    raw_params = [by_name.get(name, [repr(LEGACY_VALUES.get(name))]) for name in PARAM_NAMES]
     values = [[_param(name, kind, v) for v in vs] for name, kind, vs in zip(PARAM_NAMES, _KEY_TYPES, raw_params)]
     keys = list(itertools.product(*values))
     if len(set(keys)) != len(keys):
         raise _Invalid(f"params repeat a value: {raw_params!r:.120}")
     return keys
+
+
+def _is_name(text) -> bool:
+    try:
+        return isinstance(text, str) and isinstance(ast.literal_eval(text), str)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return False
 
 
 def _param(name, kind, text):
@@ -148,7 +160,7 @@ def _benchmark(name, row, columns) -> dict:
     params = row[columns.index("params")]
     keys = case_keys(params)
     # a workload benchmark names its workload; the grid's are dense (none of mlagate's writes otherwise)
-    if name in WORKLOAD_BENCH and (len(params) != len(PARAM_NAMES) or any(k[-1] == DENSE for k in keys)):
+    if name in WORKLOAD_BENCH and any(k[-1] == DENSE for k in keys):
         raise _Invalid(f"{name}: params {params!r:.120} do not name a workload ({', '.join(PARAM_NAMES)})")
     if name not in WORKLOAD_BENCH and any(k[-1] != DENSE for k in keys):
         raise _Invalid(f"{name}: params {params!r:.120} name a workload; workloads have their own benchmarks")
@@ -174,8 +186,8 @@ def _agree(benchmarks: dict):
         seconds, tflops = ok_value(times.get(key)), ok_value(rate)
         if seconds is None or tflops is None:
             continue
-        _, batch, seqlen, _, heads, _ = key
-        implied = flops(batch, heads, seqlen) / seconds / 1e12
+        _, batch, seqlen, _, heads, q_len, _ = key
+        implied = flops(batch, heads, seqlen, q_len) / seconds / 1e12
         if abs(tflops / implied - 1) > TFLOPS_TOLERANCE:
             raise _Invalid(f"{case_label(key)}: {tflops:.4g} TFLOPs recorded, but its median latency "
                            f"{seconds * 1e6:.4g} us implies {implied:.4g} (off by more than "

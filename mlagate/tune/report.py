@@ -11,8 +11,8 @@ TOP = 5  # fastest candidates listed per shape
 
 
 def _label(shape: tuple) -> str:
-    batch, seqlen, heads, dtype = shape
-    return f"h={heads} b={batch} s={seqlen} {dtype}"
+    batch, seqlen, heads, dtype, s_q = shape
+    return f"h={heads}" + (f" s_q={s_q}" if s_q != 1 else "") + f" b={batch} s={seqlen} {dtype}"
 
 
 def _speedup(result, default) -> str:

@@ -42,11 +42,11 @@ class ShapePlan:
     @property
     def folder(self) -> str:
         s = self.shape
-        return f"b{s.batch}-s{s.seqlen}-h{s.heads}-{s.dtype}"
+        return f"b{s.batch}-s{s.seqlen}-h{s.heads}" + (f"-sq{s.s_q}" if s.s_q != 1 else "") + f"-{s.dtype}"
 
     def case(self, impl: str) -> Case:
         s = self.shape
-        return Case(impl, s.batch, s.seqlen, s.dtype, s.heads)
+        return Case(impl, s.batch, s.seqlen, s.dtype, s.heads, s.s_q)
 
 
 def shape_plan(shape, default, space, committed: dict, arch: str) -> ShapePlan:
@@ -112,7 +112,7 @@ class DriftKind(StrEnum):
 
 @dataclass(frozen=True)
 class Drift:
-    shape: tuple  # tuned.shape_key: (batch, seqlen, heads, dtype)
+    shape: tuple  # tuned.shape_key: (batch, seqlen, heads, dtype, s_q)
     kind: DriftKind
     committed: str  # the table's config for the shape, or the family default where the table has none
     best: str | None

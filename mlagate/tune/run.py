@@ -85,10 +85,10 @@ def plan(cfg: Config, *, grid_name="quick", family=None, out="out/tune", jobs=1,
     new_table = mode == Mode.WRITE and table and not Path(table).exists()  # --write-table creates it
     committed = {} if new_table else tuned.load_table(spec.arch, table).get(family, {})
     kind = mla_decode.target_for(spec.arch)["kind"]  # cuda or hip
-    batches, seqlens, heads = cfg.grid.sizes[grid_name]
-    shapes = tuple(decide.shape_plan(mla_decode.Shape(b, s, h, d), default, space, committed, spec.arch)
+    batches, seqlens, heads, q_lens = cfg.grid.sizes[grid_name]
+    shapes = tuple(decide.shape_plan(mla_decode.Shape(b, s, h, d, s_q=q), default, space, committed, spec.arch)
                    for d in cfg.platform("rocm" if kind == "hip" else kind).dtypes
-                   for h in heads for b in batches for s in seqlens)
+                   for h in heads for q in q_lens for b in batches for s in seqlens)
     folder = Path(out) / spec.arch / family / grid_name
     kernel = mla_decode.kernel_source(default)
     identity = json.loads(json.dumps({  # as tune.json reads back (tuples as lists)
