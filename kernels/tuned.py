@@ -8,12 +8,17 @@ time it like any implementation.
 
 File format (a change to it is a change to the kernels, gated like code)::
 
-    version: 1
+    version: 2
+    arch: sm_90
     families:
       hopper:
         - shape: {batch: 64, seqlen: 4096, heads: 16, dtype: float16}
           config: {block_N: 64, block_H: 64, num_split: 2, threads: 256, num_stages: 2, policy: FullCol}
           measured: {tflops: 123.4, default_tflops: 110.2, date: '2026-11-30', gpu: NVIDIA H200, ...}
+
+``arch`` is the table's architecture; a family in it must be one of that architecture's (tile_rules.FAMILY_ARCH),
+so a table read for another architecture, or holding another's family, is refused naming the file. Version 1 (no
+``arch``) is still read, so an older commit's table can be re-measured; it is never written.
 """
 
 import dataclasses
@@ -28,8 +33,11 @@ from mlagate.case import CANDIDATE_MARK, TILELANG_PREFIX
 from mlagate.config.reader import KeyReader, UniqueKeyLoader
 from mlagate.hardware import arch_key
 from mlagate.kernels import mla_decode
+from mlagate.kernels.tile_rules import FAMILY_ARCH
 
-VERSION = 1
+VERSION = 2
+LEGACY_VERSION = 1  # before the arch key
+TOP_KEYS = ("version", "arch", "families")
 TABLE_DIR = Path(__file__).parent / "tuned"
 # The TileConfig fields a tune varies; name and operands_in_shared belong to the family.
 TUNABLE = ("block_N", "block_H", "num_split", "threads", "num_stages", "policy")
@@ -135,10 +143,15 @@ def _parse(text: str, arch: str) -> dict:
     if not isinstance(data, dict):
         raise _Malformed("", f"must be a mapping with version and families, got {data!r}")
     for key in data:
-        if key not in ("version", "families"):
-            raise _Malformed(key, "unknown key; expected version, families")
-    if type(data.get("version")) is not int or data["version"] != VERSION:  # type(): YAML's true == 1
-        raise _Malformed("version", f"must be {VERSION}, got {data.get('version')!r}")
+        if key not in TOP_KEYS:
+            raise _Malformed(key, f"unknown key; expected {', '.join(TOP_KEYS)}")
+    version = data.get("version")
+    if type(version) is not int or version not in (VERSION, LEGACY_VERSION):  # type(): YAML's true == 1
+        raise _Malformed("version", f"must be {VERSION} (or {LEGACY_VERSION}, a table from before its arch key), "
+                                    f"got {version!r}")
+    if (version == VERSION or "arch" in data) and data.get("arch") != arch_key(arch):
+        raise _Malformed("arch", f"must be {arch_key(arch)}, the architecture it is read for, got "
+                                 f"{data.get('arch', 'none')!r}")
     families = data.get("families")
     if not isinstance(families, dict):
         raise _Malformed("families", f"must be a mapping of family to entries, got {families!r}")
@@ -148,6 +161,8 @@ def _parse(text: str, arch: str) -> dict:
             family = _family(name)
         except ValueError as e:
             raise _Malformed(f"families.{name}", str(e)) from None
+        if FAMILY_ARCH[name] != arch_key(arch):
+            raise _Malformed(f"families.{name}", f"the {name} family is {FAMILY_ARCH[name]}'s, not {arch_key(arch)}'s")
         table[name] = _entries(raw, f"families.{name}", family, arch)
     return table
 
@@ -238,8 +253,8 @@ def write_table(arch: str, family: str, entries, path=None) -> Path:
     families = {name: [_entry_yaml(e, name) for e in tables[name]] for name in sorted(tables)}
     try:
         text = HEADER.format(arch=arch_key(arch)) + yaml.dump(
-            {"version": VERSION, "families": families}, Dumper=_Dumper, sort_keys=False, default_flow_style=None,
-            width=1 << 16, allow_unicode=True)
+            {"version": VERSION, "arch": arch_key(arch), "families": families}, Dumper=_Dumper, sort_keys=False,
+            default_flow_style=None, width=1 << 16, allow_unicode=True)
         _parse(text, arch)
     except (_Malformed, ValueError, yaml.YAMLError) as e:  # YAMLError: a measured value YAML cannot hold
         raise ValueError(f"{path}: not written: {e}") from None

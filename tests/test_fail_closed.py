@@ -318,6 +318,84 @@ def test_a_tune_candidate_with_a_key_twice_is_refused(monkeypatch, tmp_path, per
     assert str(path) in err and "'stage' appears twice" in err
 
 
+# -- 2b. a tune space or tuned table the kernel would refuse is refused where it is read ------------------
+
+TUNE_SPACE = {  # perf.yml text change -> the key named
+    "block_N not a multiple of 16": (("      block_N: [32, 64, 128]", "      block_N: [7]"),
+                                     "tune.hopper.space.block_N: every entry must be a multiple of 16, got 7"),
+    "block_H not a multiple of 16": (("      block_H: [16, 32, 64]", "      block_H: [16, 24]"),
+                                     "tune.cdna3.space.block_H: every entry must be a multiple of 16, got 24"),
+    "threads not whole warps": (("threads: [128, 256]\n      num_stages", "threads: [100]\n      num_stages"),
+                                "tune.hopper.space.threads: every entry must be a multiple of 32, got 100"),
+    "num_stages past the rule": (("      num_stages: [1, 2]", "      num_stages: [2, 9]"),
+                                 "tune.hopper.space.num_stages: every entry must be <= 4, got 9"),
+    "policy Diagonal": (("      policy: [FullCol, FullRow]", "      policy: [Diagonal]"),
+                        "tune.hopper.space.policy: 'Diagonal' is not one of FullRow, FullCol, Square"),
+    "hopper on gfx942": (("  hopper:\n    arch: sm_90", "  hopper:\n    arch: gfx942"),
+                         "tune.hopper.arch: 'gfx942' is not the hopper family's architecture (sm_90)"),
+    "cdna3 on sm_90": (("  cdna3:\n    arch: gfx942", "  cdna3:\n    arch: sm_90"),
+                       "tune.cdna3.arch: 'sm_90' is not the cdna3 family's architecture (gfx942)"),
+}
+
+
+@pytest.mark.parametrize("change, message", TUNE_SPACE.values(), ids=TUNE_SPACE)
+def test_config_load_refuses_a_tune_space_the_kernel_would_refuse_naming_the_key(tmp_path, capsys, change, message):
+    from mlagate import config
+
+    text = config.DEFAULT_PATH.read_text()
+    assert text.count(change[0]) == 1, change[0]
+    perf = tmp_path / "perf.yml"
+    perf.write_text(text.replace(*change))
+    with pytest.raises(config.ConfigError) as refused:
+        config.load(perf)
+    assert str(refused.value) == f"{perf}: {message}"
+    assert cli.main(["--config", str(perf), "gate", "--base", fx.BASE, "--head", fx.DOCS, "--results",
+                     str(tmp_path / "none"), "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err and sorted(tmp_path.iterdir()) == [perf]
+
+
+def test_config_load_does_not_import_tilelang():
+    # The kernel's rules perf.yml is checked with live in kernels/tile_rules.py: reading them costs no TileLang.
+    import subprocess
+    import sys
+
+    code = ("import sys; from mlagate import config; config.load(); "
+            "print(sorted(m for m in sys.modules if 'tilelang' in m))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+TABLES = {  # what a table says -> what the refusal names, read for sm_90 (a hopper GPU)
+    "the cdna3 family in an sm_90 table": ("version: 2\narch: sm_90\nfamilies:\n  cdna3: []\n",
+                                           "families.cdna3: the cdna3 family is gfx942's, not sm_90's"),
+    "a gfx942 table": ("version: 2\narch: gfx942\nfamilies:\n  hopper: []\n",
+                       "arch: must be sm_90, the architecture it is read for, got 'gfx942'"),
+    "no arch": ("version: 2\nfamilies:\n  hopper: []\n", "arch: must be sm_90, the architecture it is read for"),
+    "an older table's cdna3": ("version: 1\nfamilies:\n  cdna3: []\n",
+                               "families.cdna3: the cdna3 family is gfx942's, not sm_90's"),
+}
+
+
+@pytest.mark.parametrize("text, message", TABLES.values(), ids=TABLES)
+def test_a_tuned_table_of_another_architecture_is_refused_naming_the_file(tmp_path, text, message):
+    from mlagate.kernels import tuned
+
+    path = tmp_path / "sm_90.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError) as refused:
+        tuned.load_table("sm_90a", path)
+    assert str(refused.value).startswith(f"{path}: {message}"), str(refused.value)
+
+
+def test_an_older_commits_table_without_its_arch_still_reads():
+    from mlagate.kernels import tuned
+
+    committed = Path(__file__).parent.parent / "kernels" / "tuned" / "sm_90.yaml"
+    text = committed.read_text().replace("version: 2\narch: sm_90\n", "version: 1\n")
+    assert tuned.parse_table(text, "sm_90", "sm_90.yaml at 1a2b3c") == tuned.load_table("sm_90", committed)
+    assert len(tuned.load_table("sm_90", committed)["hopper"]) >= 2
+
+
 # -- 3. the newer commands' inputs: each refusal names its option or file, exit 2, no traceback -------------
 
 EMPTY_REVISION = {
