@@ -32,6 +32,7 @@ from mlagate.atomic import write_replace
 from mlagate.case import CANDIDATE_MARK, TILELANG_PREFIX
 from mlagate.config.reader import KeyReader, UniqueKeyLoader
 from mlagate.hardware import arch_key
+from mlagate.json_reader import LATENCY_CEILING_S, LATENCY_FLOOR_S, TFLOPS_CEILING, TFLOPS_FLOOR, bounded
 from mlagate.kernels import mla_decode
 from mlagate.kernels.tile_rules import FAMILY_ARCH
 
@@ -46,6 +47,10 @@ NAME_TAGS = dict(zip(TUNABLE, ("N", "H", "split", "t", "stages", "")))
 UNTUNABLE = tuple(f.name for f in dataclasses.fields(mla_decode.TileConfig) if f.name not in TUNABLE)
 SHAPE_FIELDS = {"batch": int, "seqlen": int, "heads": int, "dtype": str}
 ENTRY_KEYS = ("shape", "config", "measured")
+# The numbers of an entry's `measured` (each optional; default_tflops null where the default was not measured),
+# bounded as every measurement the store reads is (json_reader): NaN, an infinity or a string is no measurement.
+MEASURED_BOUNDS = {"tflops": (TFLOPS_FLOOR, TFLOPS_CEILING), "default_tflops": (TFLOPS_FLOOR, TFLOPS_CEILING),
+                   "median_us": (LATENCY_FLOOR_S * 1e6, LATENCY_CEILING_S * 1e6)}
 HEADER = ("# Tuned tile configs for {arch} (written by `mlagate tune`; a PR that changes it is gated like code).\n"
           "# A shape not listed runs its family's default config (CONFIGS in kernels/mla_decode.py).\n")
 
@@ -131,6 +136,13 @@ def _entries(raw, where: str, family: mla_decode.TileConfig, arch: str) -> dict:
             raise _Malformed(at, str(e)) from None
         if not isinstance(item["measured"], dict):
             raise _Malformed(f"{at}.measured", f"must be a mapping, got {item['measured']!r}")
+        for name, (low, high) in MEASURED_BOUNDS.items():
+            value = item["measured"].get(name)
+            if value is not None or (name == "tflops" and name in item["measured"]):
+                try:
+                    bounded(value, f"{at}.measured.{name}", low, high)
+                except ValueError as e:
+                    raise _Malformed("", str(e)) from None
         key = shape_key(shape)
         if key in entries:
             raise _Malformed(f"{at}.shape", f"duplicate of {first[key]}.shape")

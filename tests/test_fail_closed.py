@@ -123,7 +123,7 @@ empty_tables, fake_lowering, perf_yml = tune_tests.empty_tables, tune_tests.fake
 
 @pytest.mark.parametrize("key, value", [("median_ms", math.nan), ("tflops", math.nan), ("median_ms", -0.1),
                                         ("median_ms", 0), ("median_ms", None), ("median_ms", "0.1"),
-                                        ("tflops", math.inf)])
+                                        ("tflops", math.inf), ("tflops", "104.9"), ("tflops", 0)])
 def test_tune_check_without_a_finite_committed_measurement_exits_2(monkeypatch, tmp_path, perf_yml, fake_lowering,
                                                                    capsys, key, value):
     tune_tests.fake_gpu(monkeypatch, {tune_tests.N32: 40.0})
@@ -385,6 +385,33 @@ def test_a_tuned_table_of_another_architecture_is_refused_naming_the_file(tmp_pa
     with pytest.raises(ValueError) as refused:
         tuned.load_table("sm_90a", path)
     assert str(refused.value).startswith(f"{path}: {message}"), str(refused.value)
+
+
+MEASURED = {"tflops NaN": ("tflops: .nan", "measured.tflops: nan is not a number within [1e-06, 100000]"),
+            "tflops inf": ("tflops: .inf", "measured.tflops: inf is not a number"),
+            "tflops a string": ("tflops: '104.9'", "measured.tflops: '104.9' is not a number"),
+            "tflops null": ("tflops: null", "measured.tflops: None is not a number"),
+            "tflops 0": ("tflops: 0", "measured.tflops: 0 is not a number"),
+            "tflops negative": ("tflops: -3.5", "measured.tflops: -3.5 is not a number"),
+            "tflops past a GPU": ("tflops: 1.0e+9", "measured.tflops: 1000000000.0 is not a number"),
+            "default_tflops NaN": ("tflops: 1.0, default_tflops: .nan", "measured.default_tflops: nan is not"),
+            "median_us negative": ("tflops: 1.0, median_us: -1", "measured.median_us: -1 is not a number")}
+
+
+@pytest.mark.parametrize("measured, message", MEASURED.values(), ids=MEASURED)
+def test_a_tuned_tables_measured_numbers_are_bounded_naming_the_key(tmp_path, measured, message):
+    from mlagate.kernels import tuned
+
+    path = tmp_path / "sm_90.yaml"
+    path.write_text("version: 2\narch: sm_90\nfamilies:\n  hopper:\n"
+                    "    - shape: {batch: 64, seqlen: 4096, heads: 16, dtype: float16}\n"
+                    "      config: {block_N: 64, block_H: 64, num_split: 2, threads: 256, num_stages: 2, "
+                    "policy: FullCol}\n"
+                    f"      measured: {{{measured}}}\n")
+    with pytest.raises(ValueError) as refused:
+        tuned.load_table("sm_90", path)
+    assert str(refused.value).startswith(f"{path}: families.hopper[0].measured."), str(refused.value)
+    assert message in str(refused.value)
 
 
 def test_an_older_commits_table_without_its_arch_still_reads():
