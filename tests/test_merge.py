@@ -384,3 +384,15 @@ def test_shards_with_workload_benchmarks_merge_into_the_unsharded_record(tmp_pat
     merged = Store(tmp_path / "into").load(fx.MACHINE, FULL_HEAD)
     for bench, entries in original.benchmarks.items():
         assert merged.entries(bench) == entries, bench
+
+
+@pytest.mark.parametrize("journal", ['{"files": 3}', '{"files": [', '{"files": [], "files": []}'])
+def test_a_damaged_journal_in_the_target_store_is_refused_before_its_lock_is_made(tmp_path, journal):
+    from mlagate.store.files import JOURNAL
+
+    into = tmp_path / "into"
+    into.mkdir()
+    (into / JOURNAL).write_text(journal)
+    with pytest.raises(StoreError, match=f"{into / JOURNAL}: unreadable install journal"):
+        merge_shards(split(tmp_path, 2), into, fx.MACHINE, FULL_HEAD)
+    assert tree(into) == {JOURNAL: journal.encode()}  # no lock file, nothing else
