@@ -4,6 +4,7 @@ fault, and writes nothing. Driven through ``cli.main`` on copies of the recorded
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -493,27 +494,96 @@ def test_tune_writes_nothing_before_refusing_a_damaged_candidate(monkeypatch, tm
     assert sorted(p.name for p in folder.rglob("*")) == ["b64-s4096-h16-float16", candidate.name]
 
 
+def read_set(out, names):
+    """The files ``names`` of the output set at ``out`` as one reader sees them: the folder opened once, each file
+    read through it (a set swapped meanwhile is left whole for this reader); None while there is no set."""
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return None
+    try:
+        texts = []
+        for name in names:
+            with open(name, encoding="utf-8", opener=lambda path, flags: os.open(path, flags, dir_fd=fd)) as f:
+                texts.append(f.read())
+        return texts
+    except FileNotFoundError:  # the set was replaced and removed while this reader held it: poll again
+        return None
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.slow
-def test_concurrent_gates_into_one_out_never_show_a_torn_verdict(root, tmp_path):
-    """Gates of two heads written again and again into one --out while a reader polls: every verdict.json it
-    reads is whole JSON of one of the two verdicts."""
+def test_concurrent_gates_into_one_out_never_show_a_torn_or_mixed_set(root, tmp_path):
+    """Gates of two heads written again and again into one --out (8 runs each) while a reader polls: every
+    verdict.json it reads is whole JSON, and the gate.md beside it is the same run's (it names the same head)."""
     import subprocess
     import sys
+    import threading
     import time
 
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "mlagate.cli", "--config", str(fx.recorded_perf_yml(tmp_path)), "gate", "--base",
             fx.BASE, "--machine", fx.MACHINE, "--results", str(root), "--platform", "cuda", "--out", str(out)]
-    loop = 'for i in 1 2 3; do "$@" >/dev/null 2>&1; [ $? -le 1 ] || exit 9; done'  # 1: SLOW is a regression
+    loop = 'for i in $(seq 8); do "$@" >/dev/null 2>&1; [ $? -le 1 ] || exit 9; done'  # 1: SLOW is a regression
     writers = [subprocess.Popen(["bash", "-c", loop, "gates", *argv, "--head", head]) for head in (fx.DOCS, fx.SLOW)]
-    seen, reads = set(), 0
-    while any(w.poll() is None for w in writers):
-        try:
-            text = (out / "verdict.json").read_text()
-        except FileNotFoundError:
-            time.sleep(0.001)
-            continue
-        reads += 1
-        seen.add(json.loads(text)["head"])  # a torn file would not parse
-    assert [w.returncode for w in writers] == [0, 0] and reads > 0
-    assert seen <= {fx.DOCS, fx.SLOW}
+    seen, mixed, torn, done = set(), [], [], threading.Event()
+
+    def poll():
+        while not done.is_set():
+            found = read_set(out, ("verdict.json", "gate.md"))
+            time.sleep(0.002)  # the writers need the CPU more than the reader does
+            if found is None:
+                continue
+            try:
+                head = json.loads(found[0])["head"]
+            except ValueError:
+                torn.append(found[0][-80:])
+                continue
+            seen.add(head)
+            if f"head `{head[:10]}`" not in found[1]:
+                mixed.append(head)
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        codes = [w.wait() for w in writers]
+    finally:
+        done.set()
+        reader.join()
+    assert codes == [0, 0] and seen == {fx.DOCS, fx.SLOW}
+    assert (torn, mixed) == ([], [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "perf-as-recorded.yml", "results"]  # no leftovers
+
+
+OUT_SETS = {  # a command whose --out is one output set, replaced whole
+    "gate": lambda root, out: ["gate", "--base", fx.BASE, "--head", fx.DOCS, "--machine", fx.MACHINE, "--results",
+                               str(root), "--platform", "cuda", "--out", str(out)],
+    "report": lambda root, out: ["report", "--results", str(root), "--out", str(out)],
+    "calibrate": lambda root, out: ["calibrate", "--trials", "2", "--out", str(out)],
+    "bisect": lambda root, out: ["bisect", "--good", fx.BASE, "--bad", fx.DOCS, "--machine", fx.MACHINE,
+                                 "--results", str(root), "--out", str(out)],
+    "demo": lambda root, out: ["demo", "--out", str(out.parent)],  # out/gate, as the issue found it
+}
+
+
+@pytest.mark.parametrize("argv", OUT_SETS.values(), ids=OUT_SETS)
+def test_an_out_that_is_not_an_output_set_is_refused_before_anything_is_written(root, tmp_path, capsys, argv):
+    out = tmp_path / "out" / "gate"
+    (out / "verdict.json").mkdir(parents=True)  # e.g. a folder where a file would go
+    assert cli.main(argv(root, out)) == 2
+    assert f"{out}: holds files that are not an mlagate output set" in capsys.readouterr().err
+    assert [p.relative_to(tmp_path) for p in sorted((tmp_path / "out").rglob("*"))] == [
+        Path("out/gate"), Path("out/gate/verdict.json")]
+
+
+def test_gate_refuses_an_out_that_is_not_an_output_set_writing_nothing(root, tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("not the gate's")
+    assert gate(root, out) == 2
+    assert f"{out}: holds files that are not an mlagate output set" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    (out / "notes.txt").unlink()
+    assert gate(root, out) == 0  # an empty folder is replaced; then the set is its own
+    assert gate(root, out) == 0 and (out / ".mlagate-output").is_file()
