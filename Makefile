@@ -13,7 +13,7 @@ BASE ?= origin/main
 GRID ?= full
 RESULTS ?= .asv/results
 
-.PHONY: test test-slow bench venv lint
+.PHONY: test test-slow bench venv lint mutation
 
 $(BIN)/mlagate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,15 @@ test: venv
 # gate) runs once. Exit 5 is pytest's "no tests collected": a slow lane left empty is not a failure.
 test-slow: venv
 	$(BIN)/python -m pytest -m slow -n 2 --dist loadscope || [ $$? -eq 5 ]
+
+# mutmut over the decision path ([tool.mutmut] in pyproject.toml says which files and tests; docs/mutation.md the
+# last run): one core, lowest priority. MUTANTS narrows it to mutant names, e.g. MUTANTS='mlagate.bisect.rules*'.
+MUTANTS ?=
+mutation: venv
+	$(BIN)/pip install -q -e '.[mutation]'
+	nice -n 19 $(BIN)/mutmut run --max-children 1 $(MUTANTS)
+	$(BIN)/mutmut export-cicd-stats  # mutants/mutmut-cicd-stats.json: the totals docs/mutation.md quotes
+	$(BIN)/mutmut results  # every mutant not killed, one a line: docs/mutation.md says why each is equivalent
 
 lint: venv
 	$(BIN)/ruff check

@@ -28,6 +28,8 @@ from pathlib import Path
 import tilelang
 import tilelang.language as T
 
+from mlagate.kernels.tile_rules import MAX_STAGES, MULTIPLE_OF, POLICIES, POLICY_CHOICES
+
 LOG2E = 1.44269504
 LN2 = 0.6931471805599453
 DTYPES = ("float16", "bfloat16")
@@ -108,9 +110,7 @@ class TileConfig:
 
     def check(self) -> None:
         """Refuse, naming the field, what no GPU could run, before anything is lowered or launched."""
-        # block_N and block_H: whole 16-row MMA/MFMA tiles. threads: whole warps of 32 (gfx942's 64-wide
-        # wavefronts are threads_for's business, not refused here).
-        for name, multiple in (("block_N", 16), ("block_H", 16), ("threads", 32)):
+        for name, multiple in MULTIPLE_OF.items():  # tile_rules says why each
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"config {self.name}: {name} must be an integer >= 1, got {value!r}")
@@ -121,12 +121,10 @@ class TileConfig:
                              f"got {self.num_split!r}")
         if not isinstance(self.num_stages, int) or self.num_stages < 0:
             raise ValueError(f"config {self.name}: num_stages must be >= 0, got {self.num_stages!r}")
-        # At most 4: each stage is one more K/V tile (block_N x 576 elements) in shared memory, and a decode
-        # loop of a few block_N steps per split has no latency left to hide past 2-3; more is surely a typo.
-        if self.num_stages > 4:
-            raise ValueError(f"config {self.name}: num_stages must be <= 4, got {self.num_stages}")
-        if self.policy not in ("FullRow", "FullCol", "Square"):
-            raise ValueError(f"config {self.name}: policy must be FullRow, FullCol or Square, got {self.policy!r}")
+        if self.num_stages > MAX_STAGES:
+            raise ValueError(f"config {self.name}: num_stages must be <= {MAX_STAGES}, got {self.num_stages}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"config {self.name}: policy must be {POLICY_CHOICES}, got {self.policy!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"config {self.name}: schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.schedule == "seesaw":  # one 64-row wgmma tile per warpgroup, two warpgroups, 64 tokens each

@@ -8,7 +8,8 @@ time it like any implementation.
 
 File format (a change to it is a change to the kernels, gated like code)::
 
-    version: 1
+    version: 2
+    arch: sm_90
     families:
       hopper:
         - shape: {batch: 64, seqlen: 4096, heads: 16, dtype: float16}
@@ -18,6 +19,10 @@ File format (a change to it is a change to the kernels, gated like code)::
           ...
 
 A shape's ``s_q`` (query tokens per sequence) is written past one token only: an entry without it is s_q 1.
+
+``arch`` is the table's architecture; a family in it must be one of that architecture's (tile_rules.FAMILY_ARCH),
+so a table read for another architecture, or holding another's family, is refused naming the file. Version 1 (no
+``arch``) is still read, so an older commit's table can be re-measured; it is never written.
 """
 
 import dataclasses
@@ -31,9 +36,13 @@ from mlagate.atomic import write_replace
 from mlagate.case import CANDIDATE_MARK, TILELANG_PREFIX
 from mlagate.config.reader import KeyReader, UniqueKeyLoader
 from mlagate.hardware import arch_key
+from mlagate.json_reader import LATENCY_CEILING_S, LATENCY_FLOOR_S, TFLOPS_CEILING, TFLOPS_FLOOR, bounded
 from mlagate.kernels import mla_decode
+from mlagate.kernels.tile_rules import FAMILY_ARCH
 
-VERSION = 1
+VERSION = 2
+LEGACY_VERSION = 1  # before the arch key
+TOP_KEYS = ("version", "arch", "families")
 TABLE_DIR = Path(__file__).parent / "tuned"
 # The TileConfig fields a tune varies; name and operands_in_shared belong to the family.
 TUNABLE = ("block_N", "block_H", "num_split", "threads", "num_stages", "policy")
@@ -44,6 +53,10 @@ SHAPE_FIELDS = {"batch": int, "seqlen": int, "heads": int, "dtype": str}
 # s_q x heads query rows tile differently from heads alone: a shape key of its own, omitted where 1
 OPTIONAL_SHAPE_FIELDS = {"s_q": (int, 1)}
 ENTRY_KEYS = ("shape", "config", "measured")
+# The numbers of an entry's `measured` (each optional; default_tflops null where the default was not measured),
+# bounded as every measurement the store reads is (json_reader): NaN, an infinity or a string is no measurement.
+MEASURED_BOUNDS = {"tflops": (TFLOPS_FLOOR, TFLOPS_CEILING), "default_tflops": (TFLOPS_FLOOR, TFLOPS_CEILING),
+                   "median_us": (LATENCY_FLOOR_S * 1e6, LATENCY_CEILING_S * 1e6)}
 HEADER = ("# Tuned tile configs for {arch} (written by `mlagate tune`; a PR that changes it is gated like code).\n"
           "# A shape not listed runs its family's default config (CONFIGS in kernels/mla_decode.py).\n")
 
@@ -133,6 +146,13 @@ def _entries(raw, where: str, family: mla_decode.TileConfig, arch: str) -> dict:
             raise _Malformed(at, str(e)) from None
         if not isinstance(item["measured"], dict):
             raise _Malformed(f"{at}.measured", f"must be a mapping, got {item['measured']!r}")
+        for name, (low, high) in MEASURED_BOUNDS.items():
+            value = item["measured"].get(name)
+            if value is not None or (name == "tflops" and name in item["measured"]):
+                try:
+                    bounded(value, f"{at}.measured.{name}", low, high)
+                except ValueError as e:
+                    raise _Malformed("", str(e)) from None
         key = shape_key(shape)
         if key in entries:
             raise _Malformed(f"{at}.shape", f"duplicate of {first[key]}.shape")
@@ -145,10 +165,15 @@ def _parse(text: str, arch: str) -> dict:
     if not isinstance(data, dict):
         raise _Malformed("", f"must be a mapping with version and families, got {data!r}")
     for key in data:
-        if key not in ("version", "families"):
-            raise _Malformed(key, "unknown key; expected version, families")
-    if type(data.get("version")) is not int or data["version"] != VERSION:  # type(): YAML's true == 1
-        raise _Malformed("version", f"must be {VERSION}, got {data.get('version')!r}")
+        if key not in TOP_KEYS:
+            raise _Malformed(key, f"unknown key; expected {', '.join(TOP_KEYS)}")
+    version = data.get("version")
+    if type(version) is not int or version not in (VERSION, LEGACY_VERSION):  # type(): YAML's true == 1
+        raise _Malformed("version", f"must be {VERSION} (or {LEGACY_VERSION}, a table from before its arch key), "
+                                    f"got {version!r}")
+    if (version == VERSION or "arch" in data) and data.get("arch") != arch_key(arch):
+        raise _Malformed("arch", f"must be {arch_key(arch)}, the architecture it is read for, got "
+                                 f"{data.get('arch', 'none')!r}")
     families = data.get("families")
     if not isinstance(families, dict):
         raise _Malformed("families", f"must be a mapping of family to entries, got {families!r}")
@@ -158,6 +183,8 @@ def _parse(text: str, arch: str) -> dict:
             family = _family(name)
         except ValueError as e:
             raise _Malformed(f"families.{name}", str(e)) from None
+        if FAMILY_ARCH[name] != arch_key(arch):
+            raise _Malformed(f"families.{name}", f"the {name} family is {FAMILY_ARCH[name]}'s, not {arch_key(arch)}'s")
         table[name] = _entries(raw, f"families.{name}", family, arch)
     return table
 
@@ -251,8 +278,8 @@ def write_table(arch: str, family: str, entries, path=None) -> Path:
     families = {name: [_entry_yaml(e, name) for e in tables[name]] for name in sorted(tables)}
     try:
         text = HEADER.format(arch=arch_key(arch)) + yaml.dump(
-            {"version": VERSION, "families": families}, Dumper=_Dumper, sort_keys=False, default_flow_style=None,
-            width=1 << 16, allow_unicode=True)
+            {"version": VERSION, "arch": arch_key(arch), "families": families}, Dumper=_Dumper, sort_keys=False,
+            default_flow_style=None, width=1 << 16, allow_unicode=True)
         _parse(text, arch)
     except (_Malformed, ValueError, yaml.YAMLError) as e:  # YAMLError: a measured value YAML cannot hold
         raise ValueError(f"{path}: not written: {e}") from None

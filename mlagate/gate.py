@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlagate import gitops
-from mlagate.atomic import write_replace
+from mlagate.atomic import check_output_folder, output_set
 from mlagate.config import Config
 from mlagate.decide import acceptance, build_rules, verdict
 from mlagate.decide.vocabulary import Kind, Note
@@ -85,6 +85,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
              platform=None, confirm=False, record_missing=False, grid="full", echo=print,
              accept_texts=None) -> GateOutput:
     """``accept_texts``: (base's, head's) perf-accept.yml as text, where the commits are not in this clone."""
+    check_output_folder(out_dir)  # before --record-missing records anything: --out is replaced whole at the end
     store = Store(results)
     base_commit, head_commit = commit_of(base_rev), commit_of(head_rev)
     accept_notes = []
@@ -247,22 +248,22 @@ def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) 
     from mlagate.report.plots import tflops_png
     from mlagate.report.site import commit_rows
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     rows = [r for r in commit_rows(sides.head) if r.tflops is not None]
-    plot = out_dir / "tflops.png" if rows else None
-    if plot:
-        tflops_png(plot, cfg, rows, arch)
-    page = comparison.write_page(out_dir, verdict, sides, cfg)
     review = review_inputs(verdict, cfg, sides.machine, arch)
-    markdown = report.gate_markdown(verdict, plot="tflops.png" if plot else None,
-                                    vendor=cfg.platform(verdict.platform).vendor, page=page.name,
-                                    review=review)
-    files = {"markdown": out_dir / "gate.md", "json": out_dir / "verdict.json", "comparison": page}
-    # each whole or not at all: a reader polling --out (a concurrent gate's) never sees half a verdict.json
-    write_replace(files["markdown"], markdown.encode())
-    write_replace(files["json"], json.dumps(report.verdict_dict(verdict, review), indent=1, default=str).encode())
-    if plot:
-        files["plot"] = Path(plot)
+    # One set, replaced whole: a reader of --out (a concurrent gate's) never sees gate.md of one run beside
+    # verdict.json of another, or half of either.
+    with output_set(out_dir) as fresh:
+        if rows:
+            tflops_png(fresh / "tflops.png", cfg, rows, arch)
+        page = comparison.write_page(fresh, verdict, sides, cfg)
+        markdown = report.gate_markdown(verdict, plot="tflops.png" if rows else None,
+                                        vendor=cfg.platform(verdict.platform).vendor, page=page.name,
+                                        review=review)
+        (fresh / "gate.md").write_text(markdown)
+        (fresh / "verdict.json").write_text(json.dumps(report.verdict_dict(verdict, review), indent=1, default=str))
+    files = {"markdown": out_dir / "gate.md", "json": out_dir / "verdict.json", "comparison": out_dir / page.name}
+    if rows:
+        files["plot"] = out_dir / "tflops.png"
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a") as f:

@@ -15,6 +15,7 @@ MAX_DEPTH = 64  # mlagate's and asv's files nest under 10 levels; 50k levels wou
 LATENCY_FLOOR_S = 1e-9  # no GPU kernel launch returns within a nanosecond
 LATENCY_CEILING_S = 10.0  # no decode kernel call takes 10 s; the grid runner times out long before
 TFLOPS_CEILING = 1e5  # 100 PFLOPs from one GPU: 100x an H200's dense fp16 peak
+TFLOPS_FLOOR = 1e-6  # a kernel that moved a MFLOP in a second measured nothing
 RATIO_CEILING = 100.0  # TileLang 100x faster or slower than the vendor kernel on one point: not a measurement
 
 

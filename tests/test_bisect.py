@@ -125,3 +125,60 @@ def test_the_commits_run_from_good_to_bad_along_first_parents():
     assert first_parent_commits(parent, head) == [parent, head]
     with pytest.raises(GateError, match="not a first-parent descendant"):
         first_parent_commits(head, parent)
+
+
+# -- each rule's boundary, on exact series (no noise): a flipped comparison, a halved or doubled constant or a
+# dropped rule in bisect/rules.py changes at least one of these findings.
+
+T = 0.04  # a threshold of the tests' own: the rules take it as an argument
+
+
+def decided(changes):
+    """search() over commits c0 (good) .. cN whose change against good is ``changes[i]`` exactly."""
+    commits = [f"{i:040x}" for i in range(len(changes))]
+    result = search(commits, lambda c: changes[commits.index(c)], T)
+    return result, commits
+
+
+@pytest.mark.parametrize("total, finding", [(T, Finding.CULPRIT), (T * 0.99, Finding.NO_DRIFT)],
+                         ids=["exactly the threshold", "just under it"])
+def test_a_step_of_exactly_the_threshold_is_a_culprit_and_one_just_under_is_no_drift(total, finding):
+    result, commits = decided([0.0, 0.0, total, total])
+    assert result.finding is finding
+    if finding is Finding.CULPRIT:
+        assert (result.last_good, result.culprit, result.step_change) == (commits[1], commits[2], T)
+
+
+def test_a_step_of_half_the_threshold_is_not_a_culprit():
+    # The whole drift reaches the threshold, but in two steps of half of it each: the search lands on the first
+    # step that carries half the drift, and a step that small is gradual drift, not a culprit.
+    result, commits = decided([0.0, T / 2, T, T])
+    assert (result.finding, result.last_good, result.culprit, result.step_change) == (
+        Finding.GRADUAL, commits[0], commits[1], T / 2)
+    assert decided([0.0, 0.0, T / 2, T / 2])[0].finding is Finding.NO_DRIFT
+
+
+@pytest.mark.parametrize("first, bad_at", [(0.45, 2), (0.5, 1), (0.55, 1)], ids=["45/55", "50/50", "55/45"])
+def test_the_commit_carrying_half_the_drift_or_more_is_bad(first, bad_at):
+    # Two commits share a drift of 4 thresholds: the first one is bad when it carries at least half of it.
+    total = 4 * T
+    result, commits = decided([0.0, first * total, total])
+    assert (result.last_good, result.culprit) == (commits[bad_at - 1], commits[bad_at])
+    assert result.step_change == pytest.approx(total * (first if bad_at == 1 else 1 - first))
+    assert result.finding is Finding.GRADUAL  # neither side agrees with its end within half a threshold
+
+
+@pytest.mark.parametrize("before, finding", [(0.4 * T, Finding.CULPRIT), (T / 2, Finding.GRADUAL),
+                                             (-0.4 * T, Finding.CULPRIT), (-T / 2, Finding.GRADUAL)],
+                         ids=["0.4T", "T/2", "-0.4T", "-T/2"])
+def test_the_commit_before_the_culprit_must_be_within_half_a_threshold_of_good(before, finding):
+    result, commits = decided([0.0, before, before + 2 * T, before + 2 * T])
+    assert (result.finding, result.last_good, result.culprit) == (finding, commits[1], commits[2])
+
+
+@pytest.mark.parametrize("after, finding", [(0.4 * T, Finding.CULPRIT), (T / 2, Finding.GRADUAL),
+                                            (-0.4 * T, Finding.CULPRIT), (-T / 2, Finding.GRADUAL)],
+                         ids=["0.4T", "T/2", "-0.4T", "-T/2"])
+def test_the_culprit_must_be_within_half_a_threshold_of_bad(after, finding):
+    result, commits = decided([0.0, 0.0, 2 * T, 2 * T + after])
+    assert (result.finding, result.last_good, result.culprit) == (finding, commits[1], commits[2])

@@ -4,6 +4,7 @@ fault, and writes nothing. Driven through ``cli.main`` on copies of the recorded
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -123,7 +124,7 @@ empty_tables, fake_lowering, perf_yml = tune_tests.empty_tables, tune_tests.fake
 
 @pytest.mark.parametrize("key, value", [("median_ms", math.nan), ("tflops", math.nan), ("median_ms", -0.1),
                                         ("median_ms", 0), ("median_ms", None), ("median_ms", "0.1"),
-                                        ("tflops", math.inf)])
+                                        ("tflops", math.inf), ("tflops", "104.9"), ("tflops", 0)])
 def test_tune_check_without_a_finite_committed_measurement_exits_2(monkeypatch, tmp_path, perf_yml, fake_lowering,
                                                                    capsys, key, value):
     tune_tests.fake_gpu(monkeypatch, {tune_tests.N32: 40.0})
@@ -318,6 +319,111 @@ def test_a_tune_candidate_with_a_key_twice_is_refused(monkeypatch, tmp_path, per
     assert str(path) in err and "'stage' appears twice" in err
 
 
+# -- 2b. a tune space or tuned table the kernel would refuse is refused where it is read ------------------
+
+TUNE_SPACE = {  # perf.yml text change -> the key named
+    "block_N not a multiple of 16": (("      block_N: [32, 64, 128]", "      block_N: [7]"),
+                                     "tune.hopper.space.block_N: every entry must be a multiple of 16, got 7"),
+    "block_H not a multiple of 16": (("      block_H: [16, 32, 64]", "      block_H: [16, 24]"),
+                                     "tune.cdna3.space.block_H: every entry must be a multiple of 16, got 24"),
+    "threads not whole warps": (("threads: [128, 256]\n      num_stages", "threads: [100]\n      num_stages"),
+                                "tune.hopper.space.threads: every entry must be a multiple of 32, got 100"),
+    "num_stages past the rule": (("      num_stages: [1, 2]", "      num_stages: [2, 9]"),
+                                 "tune.hopper.space.num_stages: every entry must be <= 4, got 9"),
+    "policy Diagonal": (("      policy: [FullCol, FullRow]", "      policy: [Diagonal]"),
+                        "tune.hopper.space.policy: 'Diagonal' is not one of FullRow, FullCol, Square"),
+    "hopper on gfx942": (("  hopper:\n    arch: sm_90", "  hopper:\n    arch: gfx942"),
+                         "tune.hopper.arch: 'gfx942' is not the hopper family's architecture (sm_90)"),
+    "cdna3 on sm_90": (("  cdna3:\n    arch: gfx942", "  cdna3:\n    arch: sm_90"),
+                       "tune.cdna3.arch: 'sm_90' is not the cdna3 family's architecture (gfx942)"),
+}
+
+
+@pytest.mark.parametrize("change, message", TUNE_SPACE.values(), ids=TUNE_SPACE)
+def test_config_load_refuses_a_tune_space_the_kernel_would_refuse_naming_the_key(tmp_path, capsys, change, message):
+    from mlagate import config
+
+    text = config.DEFAULT_PATH.read_text()
+    assert text.count(change[0]) == 1, change[0]
+    perf = tmp_path / "perf.yml"
+    perf.write_text(text.replace(*change))
+    with pytest.raises(config.ConfigError) as refused:
+        config.load(perf)
+    assert str(refused.value) == f"{perf}: {message}"
+    assert cli.main(["--config", str(perf), "gate", "--base", fx.BASE, "--head", fx.DOCS, "--results",
+                     str(tmp_path / "none"), "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err and sorted(tmp_path.iterdir()) == [perf]
+
+
+def test_config_load_does_not_import_tilelang():
+    # The kernel's rules perf.yml is checked with live in kernels/tile_rules.py: reading them costs no TileLang.
+    import subprocess
+    import sys
+
+    code = ("import sys; from mlagate import config; config.load(); "
+            "print(sorted(m for m in sys.modules if 'tilelang' in m))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+TABLES = {  # what a table says -> what the refusal names, read for sm_90 (a hopper GPU)
+    "the cdna3 family in an sm_90 table": ("version: 2\narch: sm_90\nfamilies:\n  cdna3: []\n",
+                                           "families.cdna3: the cdna3 family is gfx942's, not sm_90's"),
+    "a gfx942 table": ("version: 2\narch: gfx942\nfamilies:\n  hopper: []\n",
+                       "arch: must be sm_90, the architecture it is read for, got 'gfx942'"),
+    "no arch": ("version: 2\nfamilies:\n  hopper: []\n", "arch: must be sm_90, the architecture it is read for"),
+    "an older table's cdna3": ("version: 1\nfamilies:\n  cdna3: []\n",
+                               "families.cdna3: the cdna3 family is gfx942's, not sm_90's"),
+}
+
+
+@pytest.mark.parametrize("text, message", TABLES.values(), ids=TABLES)
+def test_a_tuned_table_of_another_architecture_is_refused_naming_the_file(tmp_path, text, message):
+    from mlagate.kernels import tuned
+
+    path = tmp_path / "sm_90.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError) as refused:
+        tuned.load_table("sm_90a", path)
+    assert str(refused.value).startswith(f"{path}: {message}"), str(refused.value)
+
+
+MEASURED = {"tflops NaN": ("tflops: .nan", "measured.tflops: nan is not a number within [1e-06, 100000]"),
+            "tflops inf": ("tflops: .inf", "measured.tflops: inf is not a number"),
+            "tflops a string": ("tflops: '104.9'", "measured.tflops: '104.9' is not a number"),
+            "tflops null": ("tflops: null", "measured.tflops: None is not a number"),
+            "tflops 0": ("tflops: 0", "measured.tflops: 0 is not a number"),
+            "tflops negative": ("tflops: -3.5", "measured.tflops: -3.5 is not a number"),
+            "tflops past a GPU": ("tflops: 1.0e+9", "measured.tflops: 1000000000.0 is not a number"),
+            "default_tflops NaN": ("tflops: 1.0, default_tflops: .nan", "measured.default_tflops: nan is not"),
+            "median_us negative": ("tflops: 1.0, median_us: -1", "measured.median_us: -1 is not a number")}
+
+
+@pytest.mark.parametrize("measured, message", MEASURED.values(), ids=MEASURED)
+def test_a_tuned_tables_measured_numbers_are_bounded_naming_the_key(tmp_path, measured, message):
+    from mlagate.kernels import tuned
+
+    path = tmp_path / "sm_90.yaml"
+    path.write_text("version: 2\narch: sm_90\nfamilies:\n  hopper:\n"
+                    "    - shape: {batch: 64, seqlen: 4096, heads: 16, dtype: float16}\n"
+                    "      config: {block_N: 64, block_H: 64, num_split: 2, threads: 256, num_stages: 2, "
+                    "policy: FullCol}\n"
+                    f"      measured: {{{measured}}}\n")
+    with pytest.raises(ValueError) as refused:
+        tuned.load_table("sm_90", path)
+    assert str(refused.value).startswith(f"{path}: families.hopper[0].measured."), str(refused.value)
+    assert message in str(refused.value)
+
+
+def test_an_older_commits_table_without_its_arch_still_reads():
+    from mlagate.kernels import tuned
+
+    committed = Path(__file__).parent.parent / "kernels" / "tuned" / "sm_90.yaml"
+    text = committed.read_text().replace("version: 2\narch: sm_90\n", "version: 1\n")
+    assert tuned.parse_table(text, "sm_90", "sm_90.yaml at 1a2b3c") == tuned.load_table("sm_90", committed)
+    assert len(tuned.load_table("sm_90", committed)["hopper"]) >= 2
+
+
 # -- 3. the newer commands' inputs: each refusal names its option or file, exit 2, no traceback -------------
 
 EMPTY_REVISION = {
@@ -388,27 +494,96 @@ def test_tune_writes_nothing_before_refusing_a_damaged_candidate(monkeypatch, tm
     assert sorted(p.name for p in folder.rglob("*")) == ["b64-s4096-h16-float16", candidate.name]
 
 
+def read_set(out, names):
+    """The files ``names`` of the output set at ``out`` as one reader sees them: the folder opened once, each file
+    read through it (a set swapped meanwhile is left whole for this reader); None while there is no set."""
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return None
+    try:
+        texts = []
+        for name in names:
+            with open(name, encoding="utf-8", opener=lambda path, flags: os.open(path, flags, dir_fd=fd)) as f:
+                texts.append(f.read())
+        return texts
+    except FileNotFoundError:  # the set was replaced and removed while this reader held it: poll again
+        return None
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.slow
-def test_concurrent_gates_into_one_out_never_show_a_torn_verdict(root, tmp_path):
-    """Gates of two heads written again and again into one --out while a reader polls: every verdict.json it
-    reads is whole JSON of one of the two verdicts."""
+def test_concurrent_gates_into_one_out_never_show_a_torn_or_mixed_set(root, tmp_path):
+    """Gates of two heads written again and again into one --out (8 runs each) while a reader polls: every
+    verdict.json it reads is whole JSON, and the gate.md beside it is the same run's (it names the same head)."""
     import subprocess
     import sys
+    import threading
     import time
 
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "mlagate.cli", "--config", str(fx.recorded_perf_yml(tmp_path)), "gate", "--base",
             fx.BASE, "--machine", fx.MACHINE, "--results", str(root), "--platform", "cuda", "--out", str(out)]
-    loop = 'for i in 1 2 3; do "$@" >/dev/null 2>&1; [ $? -le 1 ] || exit 9; done'  # 1: SLOW is a regression
+    loop = 'for i in $(seq 8); do "$@" >/dev/null 2>&1; [ $? -le 1 ] || exit 9; done'  # 1: SLOW is a regression
     writers = [subprocess.Popen(["bash", "-c", loop, "gates", *argv, "--head", head]) for head in (fx.DOCS, fx.SLOW)]
-    seen, reads = set(), 0
-    while any(w.poll() is None for w in writers):
-        try:
-            text = (out / "verdict.json").read_text()
-        except FileNotFoundError:
-            time.sleep(0.001)
-            continue
-        reads += 1
-        seen.add(json.loads(text)["head"])  # a torn file would not parse
-    assert [w.returncode for w in writers] == [0, 0] and reads > 0
-    assert seen <= {fx.DOCS, fx.SLOW}
+    seen, mixed, torn, done = set(), [], [], threading.Event()
+
+    def poll():
+        while not done.is_set():
+            found = read_set(out, ("verdict.json", "gate.md"))
+            time.sleep(0.002)  # the writers need the CPU more than the reader does
+            if found is None:
+                continue
+            try:
+                head = json.loads(found[0])["head"]
+            except ValueError:
+                torn.append(found[0][-80:])
+                continue
+            seen.add(head)
+            if f"head `{head[:10]}`" not in found[1]:
+                mixed.append(head)
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        codes = [w.wait() for w in writers]
+    finally:
+        done.set()
+        reader.join()
+    assert codes == [0, 0] and seen == {fx.DOCS, fx.SLOW}
+    assert (torn, mixed) == ([], [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "perf-as-recorded.yml", "results"]  # no leftovers
+
+
+OUT_SETS = {  # a command whose --out is one output set, replaced whole
+    "gate": lambda root, out: ["gate", "--base", fx.BASE, "--head", fx.DOCS, "--machine", fx.MACHINE, "--results",
+                               str(root), "--platform", "cuda", "--out", str(out)],
+    "report": lambda root, out: ["report", "--results", str(root), "--out", str(out)],
+    "calibrate": lambda root, out: ["calibrate", "--trials", "2", "--out", str(out)],
+    "bisect": lambda root, out: ["bisect", "--good", fx.BASE, "--bad", fx.DOCS, "--machine", fx.MACHINE,
+                                 "--results", str(root), "--out", str(out)],
+    "demo": lambda root, out: ["demo", "--out", str(out.parent)],  # out/gate, as the issue found it
+}
+
+
+@pytest.mark.parametrize("argv", OUT_SETS.values(), ids=OUT_SETS)
+def test_an_out_that_is_not_an_output_set_is_refused_before_anything_is_written(root, tmp_path, capsys, argv):
+    out = tmp_path / "out" / "gate"
+    (out / "verdict.json").mkdir(parents=True)  # e.g. a folder where a file would go
+    assert cli.main(argv(root, out)) == 2
+    assert f"{out}: holds files that are not an mlagate output set" in capsys.readouterr().err
+    assert [p.relative_to(tmp_path) for p in sorted((tmp_path / "out").rglob("*"))] == [
+        Path("out/gate"), Path("out/gate/verdict.json")]
+
+
+def test_gate_refuses_an_out_that_is_not_an_output_set_writing_nothing(root, tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("not the gate's")
+    assert gate(root, out) == 2
+    assert f"{out}: holds files that are not an mlagate output set" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    (out / "notes.txt").unlink()
+    assert gate(root, out) == 0  # an empty folder is replaced; then the set is its own
+    assert gate(root, out) == 0 and (out / ".mlagate-output").is_file()

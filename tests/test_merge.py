@@ -160,6 +160,49 @@ def test_the_sidecars_join_the_shards(tmp_path):
     assert [s["shard"] for s in log["shards"]] == ["1/3", "2/3", "3/3"] and log["exit_code"] == 0
 
 
+
+def test_the_merged_row_starts_with_the_earliest_shard_and_lasts_as_long_as_the_longest(tmp_path):
+    # The shards ran side by side: the merged benchmark started when the first shard started it and took as
+    # long as the slowest shard; the file's durations likewise.
+    shards = split(tmp_path, 3)
+    columns = json.loads(results_path(FULL, FULL_HEAD).read_text())["result_columns"]
+    start, took = columns.index("started_at"), columns.index("duration")
+    offsets = {1: (500, 1.0), 2: (-300, 3.0), 3: (0, 2.0)}  # shard 2 started first and took longest
+    for i, root in enumerate(shards, 1):
+        path = results_path(root, FULL_HEAD)
+        data = json.loads(path.read_text())
+        for row in data["results"].values():
+            row[start] += offsets[i][0]
+            row[took] *= offsets[i][1]
+        data["durations"] = {k: v * offsets[i][1] for k, v in data["durations"].items()}
+        path.write_text(json.dumps(data))
+    merged = json.loads(merge_shards(shards, tmp_path / "into", fx.MACHINE, FULL_HEAD).read_text())
+    original = json.loads(results_path(FULL, FULL_HEAD).read_text())
+    for name, row in original["results"].items():
+        assert merged["results"][name][start] == row[start] - 300, name
+        assert merged["results"][name][took] == row[took] * 3.0, name
+    assert merged["durations"] == {k: v * 3.0 for k, v in original["durations"].items()}
+
+
+def test_a_merged_file_that_does_not_read_back_as_its_shards_is_refused(tmp_path, monkeypatch):
+    # The read-back check, on its own: a merge that got one case's value wrong is caught before it is installed.
+    import mlagate.store.merge as merge
+
+    merge_row = merge._merge_row
+
+    def one_case_lost(name, shards, columns):
+        # a measured case written as skipped: a well-formed results file, just not the shards' record
+        row, expected = merge_row(name, shards, columns)
+        if name == BENCH_TIME:
+            i = next(i for i, v in enumerate(row[0]) if not math.isnan(v))
+            for c, column in enumerate(columns):
+                if column in PER_CASE and c < len(row) and row[c] is not None:
+                    row[c] = [*row[c][:i], math.nan if column == "result" else None, *row[c][i + 1:]]
+        return row, expected
+
+    monkeypatch.setattr(merge, "_merge_row", one_case_lost)
+    refused(tmp_path, split(tmp_path, 2), "the merged results do not read back as the shards'")
+
 # -- refused, nothing written ---------------------------------------------------------------------
 
 def refused(tmp_path, shards, match, commit=FULL_HEAD, machine=fx.MACHINE):
@@ -233,6 +276,11 @@ def test_a_shard_of_another_commit_machine_or_grid_is_refused(tmp_path):
     env = other_grid / fx.MACHINE / f"{FULL_HEAD[:8]}-env.sidecar"
     env.write_text(json.dumps({**json.loads(env.read_text()), "grid": "quick"}))
     assert "shard 2/2" in refused(tmp_path, [good, other_grid], "grid")
+
+    other_platform = make_shard(tmp_path / "other-platform", 2, 2)  # e.g. a ROCm runner's shard of a CUDA record
+    env = other_platform / fx.MACHINE / f"{FULL_HEAD[:8]}-env.sidecar"
+    env.write_text(json.dumps({**json.loads(env.read_text()), "platform": "rocm"}))
+    assert "'rocm'" in refused(tmp_path, [good, other_platform], "shard 2/2 .*: grid")
 
     refused(tmp_path, [good, make_shard(tmp_path / "second", 2, 2)], "full commit hash", commit=FULL_HEAD[:8])
 
@@ -336,3 +384,15 @@ def test_shards_with_workload_benchmarks_merge_into_the_unsharded_record(tmp_pat
     merged = Store(tmp_path / "into").load(fx.MACHINE, FULL_HEAD)
     for bench, entries in original.benchmarks.items():
         assert merged.entries(bench) == entries, bench
+
+
+@pytest.mark.parametrize("journal", ['{"files": 3}', '{"files": [', '{"files": [], "files": []}'])
+def test_a_damaged_journal_in_the_target_store_is_refused_before_its_lock_is_made(tmp_path, journal):
+    from mlagate.store.files import JOURNAL
+
+    into = tmp_path / "into"
+    into.mkdir()
+    (into / JOURNAL).write_text(journal)
+    with pytest.raises(StoreError, match=f"{into / JOURNAL}: unreadable install journal"):
+        merge_shards(split(tmp_path, 2), into, fx.MACHINE, FULL_HEAD)
+    assert tree(into) == {JOURNAL: journal.encode()}  # no lock file, nothing else

@@ -30,20 +30,22 @@ def tables(tmp_path, monkeypatch):
 def test_write_then_load_round_trips_and_keeps_the_other_families(tmp_path):
     path = tmp_path / "sm_90.yaml"
     hopper = [tuned.Entry(OTHER, TUNED_HOPPER, MEASURED), tuned.Entry(SHAPE, m.HOPPER.with_(policy="Square"), {})]
-    cdna3 = [tuned.Entry(SHAPE, m.CDNA3.with_(num_split=8), {"tflops": 30.0})]
+    seesaw = [tuned.Entry(SHAPE, m.SEESAW.with_(num_split=2), {"tflops": 30.0})]
     assert tuned.write_table("sm_90a", "hopper", hopper, path) == path
-    tuned.write_table("sm_90a", "cdna3", cdna3, path)
+    tuned.write_table("sm_90a", "seesaw", seesaw, path)
     table = tuned.load_table("sm_90a", path)
     assert list(table["hopper"]) == [tuned.shape_key(SHAPE), tuned.shape_key(OTHER)]  # sorted by shape
     assert list(table["hopper"].values()) == sorted(hopper, key=lambda e: e.shape.batch)
-    assert list(table["cdna3"].values()) == cdna3
+    assert list(table["seesaw"].values()) == seesaw
     text = path.read_text()
     assert text.startswith("# Tuned tile configs for sm_90 ")
     assert "    - shape: {batch: 64, seqlen: 4096, heads: 16, dtype: float16}\n" in text  # one line per part
     assert [p.name for p in tmp_path.iterdir()] == ["sm_90.yaml"]  # no temp file left behind
 
     tuned.write_table("sm_90a", "hopper", [], path)
-    assert tuned.load_table("sm_90", path) == {"hopper": {}, "cdna3": {tuned.shape_key(SHAPE): cdna3[0]}}
+    assert tuned.load_table("sm_90", path) == {"hopper": {}, "seesaw": {tuned.shape_key(SHAPE): seesaw[0]}}
+    with pytest.raises(ValueError, match=r"sm_90.yaml: not written: families.cdna3: the cdna3 family is gfx942's"):
+        tuned.write_table("sm_90a", "cdna3", [tuned.Entry(SHAPE, m.CDNA3, {})], path)
 
 
 def test_write_refuses_what_would_not_load_and_leaves_the_file(tmp_path):
@@ -69,7 +71,7 @@ GOOD_ENTRY = ("    - shape: {batch: 64, seqlen: 4096, heads: 16, dtype: float16}
 
 
 def _table(entries: str = GOOD_ENTRY, family: str = "hopper") -> str:
-    return f"version: 1\nfamilies:\n  {family}:\n{entries}"
+    return f"version: 2\narch: sm_90\nfamilies:\n  {family}:\n{entries}"
 
 
 def _with(old: str, new: str, entries: str = GOOD_ENTRY) -> str:
@@ -78,14 +80,17 @@ def _with(old: str, new: str, entries: str = GOOD_ENTRY) -> str:
 
 
 MALFORMED = {
-    "not YAML": ("version: 1\nfamilies: {hopper: [\n", r"not YAML: while parsing"),
+    "not YAML": ("version: 2\nfamilies: {hopper: [\n", r"not YAML: while parsing"),
     "not a mapping": ("- 1\n", r"must be a mapping with version and families"),
-    "unknown top key": (_table() + "notes: 1\n", r"notes: unknown key; expected version, families"),
-    "old version": (_table().replace("version: 1", "version: 2"), r"version: must be 1, got 2"),
-    "version a bool": (_table().replace("version: 1", "version: true"), r"^[^:]*: version: must be 1, got True"),
-    "families a list": ("version: 1\nfamilies: [hopper]\n", r"families: must be a mapping"),
+    "unknown top key": (_table() + "notes: 1\n", r"notes: unknown key; expected version, arch, families"),
+    "unknown version": (_table().replace("version: 2", "version: 3"), r"version: must be 2 \(or 1, .*\), got 3"),
+    "version a bool": (_table().replace("version: 2", "version: true"), r"^[^:]*: version: must be 2 .*, got True"),
+    "families a list": ("version: 2\narch: sm_90\nfamilies: [hopper]\n", r"families: must be a mapping"),
+    "no arch": (_table().replace("arch: sm_90\n", ""), r"^[^:]*: arch: must be sm_90, .* got 'none'"),
+    "another arch": (_table().replace("arch: sm_90", "arch: gfx942"), r"arch: must be sm_90, .* got 'gfx942'"),
+    "another arch's family": (_table(family="cdna3"), r"families.cdna3: the cdna3 family is gfx942's, not sm_90's"),
     "unknown family": (_table(family="volta"), r"families.volta: unknown family 'volta'; known: cdna3, hopper"),
-    "family twice": (_table() + "  hopper: []\n", r"families.hopper: duplicate key at line 7"),
+    "family twice": (_table() + "  hopper: []\n", r"families.hopper: duplicate key at line 8"),
     "entries a mapping": (_table("    {}\n"), r"families.hopper: must be a list of entries"),
     "entry missing config": (_table(GOOD_ENTRY.replace("      config", "      #")), r"hopper\[0\].config: missing"),
     "entry unknown key": (_table(GOOD_ENTRY + "      notes: x\n"), r"hopper\[0\].notes: unknown key"),
@@ -140,7 +145,7 @@ def test_parse_table_reads_text_as_load_table_reads_the_file_and_names_its_sourc
     assert tuned.parse_table(_table(), "sm_90a", "sm_90.yaml at 1a2b3c") == tuned.load_table("sm_90a", path)
     tuned.parse_table(_table(), "sm_90a", "x")["hopper"].clear()  # the caller's own copy
     assert tuned.parse_table(_table(), "sm_90a", "x")["hopper"]
-    for text, problem in [MALFORMED["old version"], MALFORMED["not YAML"], MALFORMED["shape twice"]]:
+    for text, problem in [MALFORMED["unknown version"], MALFORMED["not YAML"], MALFORMED["shape twice"]]:
         with pytest.raises(ValueError) as info:
             tuned.parse_table(text, "sm_90a", "kernels/tuned/sm_90.yaml at 1a2b3c")
         message = str(info.value)

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mlagate import gitops
+from mlagate.atomic import output_set
 from mlagate.bisect import rules as bisect
 from mlagate.case import Case
 from mlagate.config import Config
@@ -139,7 +140,6 @@ def _measurer(cfg, store, machine, good, cases, grid, echo):
 
 def write_outputs(result: bisect.Result, cases, out: Path, machine: str) -> dict:
     """bisect.md (the table and the commands to reproduce) and bisect.json."""
-    out.mkdir(parents=True, exist_ok=True)
     lines = [f"## mlagate bisect: {result.finding}", "", result.text(), ""]
     if cases:
         lines += ["Cases: " + ", ".join(f"`{c.label()}`" for c in cases), ""]
@@ -152,8 +152,8 @@ def write_outputs(result: bisect.Result, cases, out: Path, machine: str) -> dict
     if len(result.commits) > 1:
         lines += ["", "Reproduce: `mlagate bisect --good " + result.commits[0] + " --bad " + result.commits[-1]
                   + f" --machine {machine}`"]
-    files = {"markdown": out / "bisect.md", "json": out / "bisect.json"}
-    files["markdown"].write_text("\n".join(lines) + "\n")
-    files["json"].write_text(json.dumps({**asdict(result), "cases": [c.key for c in cases],
-                                         "text": result.text()}, indent=1))
-    return files
+    with output_set(out) as fresh:  # the two files of one bisect, replaced as a set
+        (fresh / "bisect.md").write_text("\n".join(lines) + "\n")
+        (fresh / "bisect.json").write_text(json.dumps({**asdict(result), "cases": [c.key for c in cases],
+                                                       "text": result.text()}, indent=1))
+    return {"markdown": out / "bisect.md", "json": out / "bisect.json"}

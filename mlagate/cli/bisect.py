@@ -18,10 +18,12 @@ def add_parser(sub):
 
 
 def run(args, cfg) -> int:
+    from mlagate.atomic import check_output_folder
     from mlagate.bisect import run as bisect
     from mlagate.bisect.rules import Finding
     from mlagate.store.results import results_root
 
+    check_output_folder(args.out)  # before anything is recorded: --out is replaced whole at the end
     result, cases = bisect.run_bisect(cfg, bad_rev=args.bad, good_rev=args.good, results=results_root(args.results),
                                       machine=args.machine, grid=args.grid)
     files = bisect.write_outputs(result, cases, Path(args.out), args.machine)

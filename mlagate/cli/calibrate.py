@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from mlagate import exits
+from mlagate.atomic import check_output_folder, output_set
 from mlagate.json_reader import out_of_bounds
 
 
@@ -21,6 +22,8 @@ def run(args, cfg) -> int:
     from mlagate.decide import calibration
     from mlagate.report import plots, text
 
+    if args.out:
+        check_output_folder(args.out)  # before the trials: --out is replaced whole at the end
     if args.trials < 1:
         raise ValueError(f"--trials: must be at least 1, got {args.trials}")
     measured = ladder_points(Path(args.ladder)) if args.ladder else ()  # before anything is written
@@ -38,9 +41,9 @@ def run(args, cfg) -> int:
     print(text.calibration_markdown(curves, g))
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "calibration.json").write_text(json.dumps(curves, indent=1))
-        plots.calibration_plot(curves, out / "calibration.png", threshold=g.threshold, measured=measured)
+        with output_set(out) as fresh:  # the curves and their plot, replaced as one set
+            (fresh / "calibration.json").write_text(json.dumps(curves, indent=1))
+            plots.calibration_plot(curves, fresh / "calibration.png", threshold=g.threshold, measured=measured)
         print(f"wrote {out / 'calibration.json'} and {out / 'calibration.png'}")
     at = {label: dict((round(s, 2), failed) for s, _, failed in c) for label, c in curves.items()}
     ok = all(a[0.05] >= 0.95 and a[0.0] <= 0.01 for a in at.values())

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from mlagate import exits, gitops
+from mlagate.atomic import check_output_folder
 from mlagate.config import ROOT
 from mlagate.gitops import git
 from mlagate.report.text import FAILING
@@ -44,6 +45,8 @@ def run(args, cfg) -> int:
     from mlagate.report import site
 
     out = Path(args.out)
+    for folder in (out / "gate", out / "report"):  # each replaced whole at the end: refused before anything runs
+        check_output_folder(folder)
     with tempfile.TemporaryDirectory(prefix="mlagate-demo-") as tmp:
         results = Path(tmp) / "results"
         shutil.copytree(HISTORY, results)  # the gate and asv publish read a copy: the history stays as kept

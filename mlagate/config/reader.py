@@ -72,13 +72,17 @@ class KeyReader:
             raise ConfigError(f"{self._key(key)}: entries must be unique, got {values!r}")
         return tuple(values)
 
-    def int_list(self, key, minimum=1, choices=None):
+    def int_list(self, key, minimum=1, choices=None, *, maximum=None, multiple_of=None):
         values = self._list(key)
         for v in values:
             if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
                 raise ConfigError(f"{self._key(key)}: every entry must be an integer >= {minimum}, got {v!r}")
             if choices and v not in choices:
                 raise ConfigError(f"{self._key(key)}: {v} is not one of {', '.join(map(str, choices))}")
+            if maximum is not None and v > maximum:
+                raise ConfigError(f"{self._key(key)}: every entry must be <= {maximum}, got {v}")
+            if multiple_of and v % multiple_of:
+                raise ConfigError(f"{self._key(key)}: every entry must be a multiple of {multiple_of}, got {v}")
         return self._unique(key, values)
 
     def name_list(self, key):

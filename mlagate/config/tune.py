@@ -6,6 +6,7 @@ import itertools
 from dataclasses import dataclass
 
 from mlagate.config.reader import ConfigError, KeyReader, open_section_keys
+from mlagate.kernels.tile_rules import FAMILY_ARCH, MAX_STAGES, MULTIPLE_OF, POLICIES
 
 # The TileConfig fields a space may vary and the type of their values: kernels/tuned.py's TUNABLE, which
 # this layer cannot import without tilelang (tests/test_tune.py checks that the two agree).
@@ -35,9 +36,12 @@ class TuneSpace:
 
 
 def _values(space: KeyReader, field: str) -> tuple:
-    if SPACE_FIELDS[field] is int:
-        return space.int_list(field, minimum=INT_MINIMUM.get(field, 1))
-    return space.name_list(field)
+    """A space's values of ``field``, each refused by the kernel's own rules (kernels/tile_rules.py) at load."""
+    if SPACE_FIELDS[field] is str:
+        space.name_list(field)  # a number is "not a name" before it is "not a policy"
+        return space.choice_list(field, POLICIES)
+    return space.int_list(field, minimum=INT_MINIMUM.get(field, 1), multiple_of=MULTIPLE_OF.get(field),
+                          maximum=MAX_STAGES if field == "num_stages" else None)
 
 
 def parse(top: KeyReader, families, shared_memory_limit: dict) -> dict:
@@ -54,6 +58,9 @@ def parse(top: KeyReader, families, shared_memory_limit: dict) -> dict:
         if arch not in shared_memory_limit:
             raise ConfigError(f"tune.{family}.arch: {arch!r} has no gate.build.shared_memory_limit (known: "
                               f"{', '.join(shared_memory_limit)})")
+        if arch != FAMILY_ARCH[family]:
+            raise ConfigError(f"tune.{family}.arch: {arch!r} is not the {family} family's architecture "
+                              f"({FAMILY_ARCH[family]})")
         space = entry.section("space", tuple(SPACE_FIELDS))
         if not space.data:
             raise ConfigError(f"tune.{family}.space: must list at least one of {', '.join(SPACE_FIELDS)}")

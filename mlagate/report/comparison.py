@@ -9,7 +9,6 @@ the header says which GPU measured each side, and when. Static HTML and one PNG;
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlagate.atomic import write_replace
 from mlagate.decide.vocabulary import Status
 from mlagate.measure import environment
 from mlagate.measure.summary import median_ci
@@ -162,5 +161,5 @@ def write_page(out: Path, verdict, sides: Sides, cfg) -> Path:
 </body></html>
 """
     path = out / "comparison.html"
-    write_replace(path, page.encode())
+    path.write_text(page)  # into the gate's fresh output set (atomic.output_set), swapped in whole
     return path

@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from mlagate import gitops
+from mlagate.atomic import output_set
 from mlagate.case import PARAM_NAMES, Case, CaseResult, RunStatus
 from mlagate.measure import environment
 from mlagate.report import history
@@ -242,7 +243,13 @@ def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_js
     envs = {r.commit: store.read_sidecar(machine, r.commit, "env") for r in recorded}
     recorded.sort(key=lambda r: (r.date, ((envs[r.commit] or {}).get("start") or {}).get("time") or "", r.commit))
     newest = recorded[-1]
-    out.mkdir(parents=True, exist_ok=True)
+    with output_set(out) as fresh:  # the pages and their PNGs replaced as one set
+        _write_site(cfg, fresh, results, store, machine, recorded, envs, newest, bench_json, last, repo)
+    return [str(p) for p in store.problems]
+
+
+def _write_site(cfg, out: Path, results: Path, store, machine: str, recorded: list, envs: dict, newest, bench_json,
+                last: int, repo: Path) -> None:
     offline = publish_asv(results, out / "asv", repo)
 
     runs = [(f"asv run of {newest.commit[:8]}", envs[newest.commit])]
@@ -267,4 +274,3 @@ def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_js
                        sections=newest_section(cfg, out, rows, runs[0][1] or {}, source, machine, in_asv)
                        + trend_section(cfg, out, recorded[-last:], machine, marks, offline))
     (out / "index.html").write_text(page)
-    return [str(p) for p in store.problems]

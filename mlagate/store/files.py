@@ -85,23 +85,33 @@ def recover(root) -> bool:
     root = Path(root)
     for tmp in [*root.glob(f"{TEMP}*"), *root.glob(f"*/{TEMP}*")]:
         tmp.unlink(missing_ok=True)
-    journal = root / JOURNAL
+    entries = read_journal(root)
+    if entries is None:
+        return False
+    for entry in entries:
+        _install(root, entry)
+    os.unlink(root / JOURNAL)
+    fsync_dir(root)
+    return True
+
+
+def read_journal(root) -> list | None:
+    """The entries of the install journal a killed record left in the store at ``root``, None if there is none;
+    StoreError naming it if it is damaged. Reads only: a caller may check before it takes the lock (a refusal
+    writes nothing, not even the lock file)."""
+    journal = Path(root) / JOURNAL
     try:
         entries = load(journal, "an install journal")["files"]
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             raise TypeError(f"files: a list of entries, got {entries!r:.60}")
-    except FileNotFoundError:
-        return False
+    except (FileNotFoundError, NotADirectoryError):
+        return None
     except JSONFileError as e:  # written whole, so only damage from outside gets here
         raise StoreError(f"{journal}: unreadable install journal ({e.reason}); move it away to go on") from None
     except (KeyError, TypeError) as e:
         raise StoreError(f"{journal}: unreadable install journal ({type(e).__name__}: {e}); move it away to "
                          "go on") from None
-    for entry in entries:
-        _install(root, entry)
-    os.unlink(journal)
-    fsync_dir(root)
-    return True
+    return entries
 
 
 def _install(root: Path, entry: dict):

@@ -19,7 +19,7 @@ from mlagate.case import Case, case_label
 from mlagate.json_reader import JSONFileError, parse, read_json
 from mlagate.measure.shards import parse_shard, runner_shard
 from mlagate.store.errors import StoreError
-from mlagate.store.files import install_record, recover, store_lock
+from mlagate.store.files import install_record, read_journal, recover, store_lock
 from mlagate.store.results import Store, refuse_recorded
 from mlagate.store.results_file import WORKLOAD_BENCH, Entry, _number, case_keys
 
@@ -54,6 +54,7 @@ def merge_shards(shard_roots: list, into: Path, machine: str, commit: str) -> Pa
     shards = sorted((_read(Path(root), machine, commit) for root in shard_roots), key=lambda s: s.index)
     _check_set(shards)
     refuse_recorded(into := Path(into), machine, commit)  # before the lock: a refusal writes nothing
+    read_journal(into)  # a damaged journal too, which recover() would refuse under the lock it creates
     with tempfile.TemporaryDirectory(prefix="mlagate-merge-") as tmp:
         staging = _stage(Path(tmp) / "results", machine, commit, shards)
         with store_lock(into):

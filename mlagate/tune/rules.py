@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from mlagate.case import Case, CaseResult, RunStatus
-from mlagate.json_reader import LATENCY_CEILING_S, LATENCY_FLOOR_S, TFLOPS_CEILING, out_of_bounds
+from mlagate.json_reader import LATENCY_CEILING_S, LATENCY_FLOOR_S, TFLOPS_CEILING, TFLOPS_FLOOR, out_of_bounds
 
 
 def launch_key(plan) -> tuple:
@@ -220,4 +220,5 @@ def record_problem(record, impl: str) -> str | None:
 
 
 # An ok candidate's measured numbers (json_reader's physical limits, in the candidate file's units: ms, TFLOPs).
-MEASURED_BOUNDS = {"median_ms": (LATENCY_FLOOR_S * 1e3, LATENCY_CEILING_S * 1e3), "tflops": (1e-6, TFLOPS_CEILING)}
+MEASURED_BOUNDS = {"median_ms": (LATENCY_FLOOR_S * 1e3, LATENCY_CEILING_S * 1e3),
+                   "tflops": (TFLOPS_FLOOR, TFLOPS_CEILING)}
