@@ -43,7 +43,7 @@ def test_the_check_runs_the_quick_grids_largest_gated_case_on_each_gpu(monkeypat
     run = fake_run_on_each({0: 100.0, 1: 102.0})
     monkeypatch.setattr(grid, "run_on_each", lambda case, *a, **k: seen.append(case) or run(case, *a, **k))
     out = gpu_check.check_gpus(config.load(), "all", echo=lambda *_: None)
-    assert seen == [Case("tilelang-seesaw", 128, 4096, "float16", 16)]
+    assert seen == [Case("tilelang-seesaw", 128, 4096, "float16", 16, q_len=2)]  # the most work: 2 query tokens
     assert [g["flagged"] for g in out["gpus"]] == [True, True] and out["gpus"][1]["uuid"] == "GPU-1"
     json.dumps(out)  # it goes into the environment record
 
