@@ -6,7 +6,8 @@ installed aiter's real Python (aiter/mla.py ``mla_decode_fwd``, ``get_meta_param
 The op does what the assembly launch stands for, no more:
 - the code object: aiter's own kernel choice, replayed from the installed asm_mla.cu
   (mlagate.measure.aiter_dispatch); a case without one fails as aiter's TORCH_CHECK does (RuntimeError);
-- the numbers: each sequence's attention over its KV pages in float32, all of it in the first KV split
+- the numbers: each sequence's attention over its KV pages in float32 (causal among several query tokens), all of
+  it in the first KV split
   (log-sum-exp in ``splitLse``), the other splits empty (-inf), which aiter's stage-2 reduction
   (``_fwd_kernel_stage2_asm``) combines to the same result whatever split count ``get_meta_param`` chose.
   One split per sequence is refused: then the real kernel writes the final bf16 output itself
@@ -52,6 +53,11 @@ def mla_decode_stage1_asm_fwd(Q, KV, qo_indptr, kv_indptr, kv_page_indices, kv_l
         keys = rows[tokens].float()
         qo = slice(int(qo_indptr[b]), int(qo_indptr[b + 1]))
         scores = torch.einsum("qhd,kd->qhk", Q[qo].float(), keys) * softmax_scale
+        # several query tokens: causal among them, as aiter's mask1 code objects are (the new tokens are the
+        # cache's last positions; token i sees L - q + 1 + i of them)
+        q, length = scores.shape[0], keys.shape[0]
+        seen = torch.arange(length)[None, :] < (length - q + 1 + torch.arange(q))[:, None]
+        scores = scores.masked_fill(~seen[:, None, :], -math.inf)
         lse = torch.logsumexp(scores, dim=-1)  # [q, heads]
         splitData[qo, 0] = torch.einsum("qhk,kd->qhd", torch.softmax(scores, dim=-1), keys[:, :v_dim])
         splitLse[qo, 0, :, 0] = lse
