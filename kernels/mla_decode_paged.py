@@ -122,22 +122,6 @@ class PagedPlan:
         return min(self.config.num_stages, 1) if self.gather else self.config.num_stages
 
 
-def split_for_lengths(lengths, shape: PagedShape, config: TileConfig, sm_count: int) -> int:
-    """The split count of num_split 0 ("fill the device") for a batch of these lengths: the smallest
-    power of two (<= 32) at which the longest sequence's splits are no longer than an SM's share of
-    the batch (90% of the SMs, as the dense rule fills): n x tokens x head blocks >= 0.9 x SMs x longest.
-    With equal lengths this is the dense rule (mla_decode.resolve_num_split) exactly; with a long tail
-    it keeps the longest sequence from running alone on one SM while the others idle."""
-    if config.num_split:
-        return config.num_split
-    head_blocks = math.ceil(shape.rows / min(config.block_H, shape.rows))
-    work, longest = sum(lengths) * head_blocks, max(lengths)
-    split = 1
-    while split * work < 0.9 * sm_count * longest and split < 32:
-        split *= 2
-    return split
-
-
 def plan(shape: PagedShape, config: TileConfig, arch: str, sm_count: int | None = None) -> PagedPlan:
     """The dense plan at full capacity: its head block and threads are the dense kernel's. A config of num_split 0
     runs the balanced schedule (balanced_schedule) over one partition per SM and head block; a fixed num_split

@@ -372,7 +372,7 @@ def test_a_missing_perf_yml_is_named(tmp_path, capsys):
 
 
 def test_the_count_is_current():
-    assert (len(STORE_FAULTS), len(YAML_FAULTS)) == (151, 327)  # the q_len axes (grid, workloads, vendor_q_len_heads) add 42
+    assert (len(STORE_FAULTS), len(YAML_FAULTS)) == (151, 327)  # q_len keys add 42
     assert "478 = STORE_FAULTS 151 + YAML_FAULTS 327" in __doc__
 
 

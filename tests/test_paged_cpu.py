@@ -233,27 +233,6 @@ def test_paged_kernels_lower_without_a_gpu(arch, config, page_size, heads, batch
         assert "tma_load(KV_desc" in body  # a whole page-resident tile is one TMA copy
 
 
-@pytest.mark.parametrize("heads", [16, 32, 64, 128])
-@pytest.mark.parametrize("batch", [1, 8, 64, 128, 132])
-def test_the_ragged_split_rule_is_the_dense_rule_on_equal_lengths(batch, heads):
-    for config in (m.CONFIGS["hopper"], m.CONFIGS["cdna3"]):
-        shape = p.PagedShape(batch=batch, heads=heads, max_pages=64, page_size=64)
-        dense_shape = m.Shape(batch=batch, seqlen=4096, heads=heads)
-        assert p.split_for_lengths([4096] * batch, shape, config, 132) == \
-            m.resolve_num_split(dense_shape, config, 132)
-
-
-def test_a_long_tail_splits_until_the_longest_sequence_is_an_sms_share():
-    from mlagate import config as config_mod
-
-    lengths = config_mod.load().workloads["ragged-4k"].lengths(128)  # 47 .. 32768, mean 4096
-    shape = p.PagedShape(batch=128, heads=16, max_pages=512, page_size=64)
-    hopper = m.CONFIGS["hopper"]
-    assert p.split_for_lengths([4096] * 128, shape, hopper, 132) == 1
-    assert p.split_for_lengths(lengths, shape, hopper, 132) == 8  # 32768 / 8 = 4096: one SM's share
-    assert p.split_for_lengths(lengths, shape, hopper.with_(num_split=2), 132) == 2  # a fixed count stays
-
-
 def test_both_compiled_kernels_pass_their_inputs_then_the_split_workspace_then_out_and_lse(monkeypatch):
     """The launch both kernels share (mla_decode.CompiledProgram): the compiled program's argument order."""
     calls = []

@@ -112,7 +112,7 @@ MALFORMED = {
     "operands not tunable": (_with("policy: FullCol", "policy: FullCol, operands_in_shared: false"),
                              r"hopper\[0\].config.operands_in_shared: not tunable"),
     "heads not a multiple of block_H": (_with("heads: 16", "heads: 96"),
-                                        r"hopper\[0\]: query rows \(96 = s_q 1 x heads 96\) must be a multiple of the head block"),
+                                        r"hopper\[0\]: query rows \(96 = s_q 1 x heads 96\) must be a multiple"),
     "measured a number": (_with("measured: {tflops: 1.0}", "measured: 3"), r"hopper\[0\].measured: must be a mapping"),
     "shape twice": (_table(GOOD_ENTRY + GOOD_ENTRY.replace("num_split: 2", "num_split: 4") + GOOD_ENTRY),
                     r"families.hopper\[1\].shape: duplicate of families.hopper\[0\].shape"),
