@@ -267,3 +267,25 @@ def test_a_shape_holding_lengths_is_the_table_random_inputs_build_and_the_dense_
     assert p.PagedShape.holding(lengths, 16, 1).max_pages == 4097
     dense = shape.at_mean_length(lengths)
     assert (dense.batch, dense.seqlen, dense.heads, dense.dtype) == (4, sum(lengths) // 4, 16, "bfloat16")
+
+
+def test_a_balanced_launch_passes_the_schedule_and_its_workspace_before_out_and_lse(monkeypatch):
+    calls = []
+    monkeypatch.setattr(m.tilelang, "compile", lambda program, **kw: lambda *args: calls.append(args))
+    lengths = [1, 200, 70]
+    inputs = p.random_paged_inputs(3, 16, lengths, 64, s_q=2)
+    kernel = p.CompiledPagedDecode(p.PagedShape.holding(lengths, 16, 64, s_q=2), m.HOPPER, "sm_90a", 132)
+    out, lse = torch.empty_like(inputs[0]), torch.empty(3, 2, 16)
+    kernel(*inputs, out, lse)  # builds the schedule from the lengths
+    got = calls[-1]
+    # share: ceil((1 + 4 + 2 tiles + 3 x 4) / 132) + 4 = 5, so sequence 1's 4 tiles go one per partition
+    sched = p.balanced_schedule(lengths, 64, 132)
+    assert sched.pieces == ((0, 0, 1), (1, 0, 64), (1, 64, 128), (1, 128, 192), (1, 192, 200), (2, 0, 64),
+                            (2, 64, 70))
+    assert [tuple(t.shape) for t in got[6:11]] == [(132, 2), (7, 3), (3, 2), (7, 32), (7, 32, 512)]
+    assert got[7].tolist() == [list(piece) for piece in sched.pieces]
+    assert got[8].tolist() == [[0, 1], [1, 5], [5, 7]] and got[6].tolist() == [list(r) for r in sched.parts]
+    assert tuple(got[-1].shape) == (3, 32) and got[-2].data_ptr() == out.data_ptr()
+    bound = p.BatchLaunch(kernel, lengths, "cpu")
+    bound(*inputs, out, lse)
+    assert torch.equal(calls[-1][7], got[7]) and bound.schedule == sched
