@@ -4,7 +4,7 @@
 The gate is driven through ``cli.main`` on copies of the recorded H200 store
 (``tests/fixtures/h200/results``), one copy per test.
 
-# Bad inputs tried: 478 = STORE_FAULTS 151 + YAML_FAULTS 327 + a missing perf.yml + a corrupt
+# Bad inputs tried: 544 = STORE_FAULTS 151 + YAML_FAULTS 393 + a missing perf.yml + a corrupt
 # head file under --record-missing (test_the_count_is_current keeps the two tables' sizes true).
 """
 
@@ -372,8 +372,8 @@ def test_a_missing_perf_yml_is_named(tmp_path, capsys):
 
 
 def test_the_count_is_current():
-    assert (len(STORE_FAULTS), len(YAML_FAULTS)) == (151, 327)  # q_len keys add 42
-    assert "478 = STORE_FAULTS 151 + YAML_FAULTS 327" in __doc__
+    assert (len(STORE_FAULTS), len(YAML_FAULTS)) == (151, 393)  # q_len keys, four workloads
+    assert "544 = STORE_FAULTS 151 + YAML_FAULTS 393" in __doc__
 
 
 # -- the rest of the rule ---------------------------------------------------------------

@@ -36,7 +36,7 @@ def parse_with(edit):
 def test_the_grids_measure_mtp_at_16_heads_in_quick_and_1_2_4_in_full():
     cfg = config.load()
     assert cfg.grid.sizes["quick"][3] == (1, 2) and cfg.grid.sizes["full"][3] == (1, 2, 4)
-    assert {w.name: w.q_len for w in cfg.workloads.values()} == {"uniform-paged": (1, 2), "ragged-4k": (1, 2)}
+    assert {w.q_len for w in cfg.workloads.values()} == {(1, 2)} and len(cfg.workloads) == 4
     quick = cfg.cases("quick", ["tilelang-seesaw"], "cuda")
     assert sorted({(c.heads, c.q_len) for c in quick}) == [(16, 1), (16, 2)]
     assert "tilelang-seesaw h=16 s_q=2 b=64 s=4096 float16" in [c.label() for c in quick]
