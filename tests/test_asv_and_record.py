@@ -154,9 +154,10 @@ def test_record_on_a_cpu_through_asv_then_refuses_a_second_record(tmp_path, caps
     assert cli.main(args) == 0
     head = Store(store_dir).load("cpu-test", gitops.resolve("HEAD"))
     entries = head.entries(BENCH_TIME)  # with the workloads' benchmark, read into the same cases
-    tags = ["dense", *(w.tag(64) for w in config_mod.load().workloads.values())]
-    assert set(entries) == {(i, b, 4096, "float16", 16, w) for i in ("torch", "aiter") for b in (64, 128)
-                            for w in tags}
+    cfg = config_mod.load()
+    tags = ["dense", *(cfg.workloads[name].tag(64) for name in cfg.grid.workloads["quick"])]
+    assert set(entries) == {(i, b, 4096, "float16", 16, q, w) for i in ("torch", "aiter") for b in (64, 128)
+                            for q in (1, 2) for w in tags}
     assert all(e.status == "skipped" for e in entries.values())
     env = Store(store_dir).read_sidecar("cpu-test", head.commit, "env")
     assert env["grid"] == "quick" and env["start"]["commit"] == env["end"]["commit"] == head.commit
@@ -214,8 +215,10 @@ def test_a_sharded_record_measures_only_its_runners_points(tmp_path, capsys, mon
     store = Store(tmp_path / "store")
     head = store.load("cpu-test", gitops.resolve("HEAD"))
     keys = head.entries(BENCH_TIME)
-    batches = {key[1] for key in keys if key[5] == "dense"}
-    assert batches == {b for b in (64, 128) if runner_shard(Case("torch", b, 4096, "float16", 16), 2) == mine}
+    # the file holds the product of the values of this runner's dense points (asv's parameters), no more
+    points = {(b, q) for b in (64, 128) for q in (1, 2)
+              if runner_shard(Case("torch", b, 4096, "float16", 16, q), 2) == mine}
+    assert {(k[1], k[5]) for k in keys if k[6] == "dense"} == {(b, q) for b, _ in points for _, q in points}
     # a workload's points are dealt by the same hash; the other runner's are only asv's parameter product
     others = [k for k in keys if runner_shard(Case(*k), 2) != mine]
     assert all(keys[k].status == "skipped" for k in others)

@@ -78,7 +78,7 @@ def test_the_record_stores_what_a_plain_asv_run_stores(recorded):
         started_at, duration = row[columns.index("started_at")], row[columns.index("duration")]
         assert start * 1e3 <= started_at <= end * 1e3 and 0 < duration < end - start
     samples = ours["results"][BENCH_TIME][columns.index("samples")]
-    assert sum(s is not None for s in samples) == 16 - 5  # measured ones have samples; 4 skipped, 1 failed: none
+    assert sum(s is not None for s in samples) == 32 - 10  # measured ones have samples; 8 skipped, 2 failed: none
     for name in ("benchmarks.json", f"{MACHINE}/machine.json"):
         assert json.loads((store / name).read_text()) == json.loads((plain / name).read_text()), name
 
@@ -105,8 +105,8 @@ def test_asv_publish_and_the_gate_read_a_record_made_in_one_process(recorded, ca
     rows = s.read_sidecar(MACHINE, gitops.resolve("HEAD", repo), "cases")["results"]
     gpu_of = {}
     for row in rows:
-        gpu_of.setdefault((row["batch"], row["seqlen"], row["dtype"], row["heads"], row["workload"]), set()).add(
-            row["gpu"])
+        point = (row["batch"], row["seqlen"], row["dtype"], row["heads"], row["q_len"], row["workload"])
+        gpu_of.setdefault(point, set()).add(row["gpu"])
     assert all(len(g) == 1 for g in gpu_of.values()) and set.union(*gpu_of.values()) == {0, 1, 2, 3}
 
 

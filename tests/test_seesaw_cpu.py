@@ -220,7 +220,7 @@ def test_the_ladders_patched_seesaw_lowers_with_its_spin_and_other_shapes_unchan
 
     base = (Path(m.__file__).parent / "mla_decode_seesaw.py").read_text()
     listed = m.Shape(batch=64, seqlen=4096, heads=16)
-    text = ladder.patched(base, 3, {("seesaw", 64, 4096, 16, "float16"): 12345}, "run1", ladder.SEESAW_FILE)
+    text = ladder.patched(base, 3, {("seesaw", 64, 4096, 16, "float16", 1): 12345}, "run1", ladder.SEESAW_FILE)
     file = tmp_path / "mla_decode_seesaw_ladder_step.py"
     file.write_text(text)
     spec = importlib.util.spec_from_file_location(file.stem, file)
