@@ -47,6 +47,7 @@ def test_every_implementation_is_right_on_every_workload(impl, workload):
 def test_a_one_token_sequence_beside_a_32k_one_over_shuffled_pages(impl):
     cfg = config.load()
     here = environment.platform()
-    case = Case(impl, 2, 16385, cfg.platform(here).dtypes[0], 16, "edge", page_size=cfg.platform(here).page_size,
+    platform = cfg.platform(here)
+    case = Case(impl, 2, 16385, platform.dtypes[0], 16, workload="edge", page_size=platform.page_size,
                 lengths=(1, 32769))
     assert _checked_or_skip(impl, Inputs(case, environment.device()))["max_abs"] < 0.01
