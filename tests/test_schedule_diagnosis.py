@@ -73,3 +73,41 @@ def test_a_workload_case_diagnoses_both_plans_and_a_dense_one_none():
     assert s.diagnose(vendor_case, "sm_90a").tilelang is None
     assert s.diagnose(Case("tilelang-seesaw", 64, 4096, "float16"), "sm_90a") is None
     assert s.diagnose(case, "gfx942").vendor is None  # aiter's is not FlashMLA's
+
+
+def test_diagnose_cases_keys_tilelang_workload_cases_and_says_when_the_arch_is_unknown():
+    cfg = config.load()
+    cases = [c for c in cfg.cases("quick", ["tilelang-seesaw", "flash_mla"], "cuda") if c.batch == 64]
+    got = s.diagnose_cases(cases, "sm_90a")
+    assert set(got) == {c.key for c in cases if c.paged and c.impl == "tilelang-seesaw"} and got
+    assert s.diagnose_cases(cases, None) is None  # not known, never an empty (silent) section
+    assert s.diagnose_cases([c for c in cases if not c.paged], None) == {}
+
+
+def test_gate_md_and_the_comparison_page_show_each_workload_cases_balance(tmp_path):
+    import gate_fixtures as fx
+    from mlagate.report import schedules
+    from mlagate.report.comparison import Sides, write_page
+    from mlagate.report.review import Review
+    from mlagate.report.text import gate_markdown
+
+    cfg = config.load()
+    w = cfg.workloads["ragged-4k"]
+    case = cfg.case(Case("tilelang-seesaw", 128, w.mean, "float16", 16, 1, w.tag(64)).key, "cuda")
+    d = s.diagnose(case, "sm_90a")
+    verdict = fx.evaluate(fx.copy_store(tmp_path))
+    md = gate_markdown(verdict, review=Review(schedules={case.key: d}))
+    line = f"- {case.label()}: TileLang: longest partition {d.tilelang.makespan_ratio:.2f}x the mean; FlashMLA: "
+    assert "### Schedule balance (workload cases)" in md and line in md
+    assert schedules.UNKNOWN in gate_markdown(verdict, review=Review(schedules=None))
+    assert "Schedule balance" not in gate_markdown(verdict, review=Review(schedules={}))
+    class NoResults:  # neither side's samples: the page still has its schedule section
+        def entries(self, bench):
+            return {}
+
+    page = write_page(tmp_path, verdict, Sides("m", NoResults(), NoResults(), None, None), cfg,
+                      schedules={case.key: d})
+    html = page.read_text()
+    assert "Schedule balance of the workload cases" in html
+    assert f"<td>{d.tilelang.makespan_ratio:.2f}x</td><td>{d.tilelang.tile_ratio:.2f}x</td>" in html
+    assert f"<td>{d.vendor.makespan_ratio:.2f}x</td>" in html

@@ -128,11 +128,12 @@ class Diagnosis:
 
     tilelang: Balance | None
     vendor: Balance | None
+    why: str = ""  # why TileLang's plan is missing, where its kernel refuses the case here
 
     def text(self) -> str:
         shown = [b.text() if i == 0 else f"{b.scheduler}: {b.makespan_ratio:.2f}x"
                  for i, b in enumerate(b for b in (self.tilelang, self.vendor) if b)]
-        return "; ".join(shown)
+        return "; ".join(shown + ([f"TileLang: not planned ({self.why})"] if self.why else []))
 
 
 def diagnose(case, arch: str) -> Diagnosis | None:
@@ -145,15 +146,27 @@ def diagnose(case, arch: str) -> Diagnosis | None:
     from mlagate.kernels import mla_decode, mla_decode_paged
     from mlagate.measure.impls import paged_config
 
-    tilelang = None
+    tilelang, why = None, ""
     if case.impl.startswith(TILELANG_PREFIX):
         shape = mla_decode_paged.PagedShape.holding(case.lengths, case.heads, case.page_size, case.dtype,
                                                     s_q=case.q_len)
-        config = paged_config(case.impl, shape.at_mean_length(case.lengths), arch)
-        plan = mla_decode_paged.plan(shape, config, arch)
-        tilelang = tilelang_balance(case.lengths, config.block_N, plan.parts) if plan.parts else None
+        try:
+            config = paged_config(case.impl, shape.at_mean_length(case.lengths), arch)
+            plan = mla_decode_paged.plan(shape, config, arch)
+        except ValueError as e:  # the kernel refuses the case here (the launch says so too)
+            why = str(e)
+        else:
+            tilelang = tilelang_balance(case.lengths, config.block_N, plan.parts) if plan.parts else None
     vendor = None
     if arch.startswith("sm_90"):
         sms = mla_decode.SM_COUNT[arch.split(":")[0]]
         vendor = flash_mla_balance(case.lengths, flash_mla_sm_parts(sms, case.heads, case.q_len))
-    return Diagnosis(tilelang, vendor)
+    return Diagnosis(tilelang, vendor, why)
+
+
+def diagnose_cases(cases, arch: str | None) -> dict | None:
+    """{case key: Diagnosis} of the TileLang workload cases among ``cases``; None where the arch is not known."""
+    planned = [c for c in cases if c.paged and c.impl.startswith(TILELANG_PREFIX)]
+    if planned and arch is None:
+        return None
+    return {c.key: diagnose(c, arch) for c in planned}
