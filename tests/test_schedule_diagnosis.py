@@ -99,6 +99,7 @@ def test_gate_md_and_the_comparison_page_show_each_workload_cases_balance(tmp_pa
     md = gate_markdown(verdict, review=Review(schedules={case.key: d}))
     line = f"- {case.label()}: TileLang: longest partition {d.tilelang.makespan_ratio:.2f}x the mean; FlashMLA: "
     assert "### Schedule balance (workload cases)" in md and line in md
+    assert schedules.lines({case.key: d}) == [line.removeprefix("- ") + f"{d.vendor.makespan_ratio:.2f}x"]
     assert schedules.UNKNOWN in gate_markdown(verdict, review=Review(schedules=None))
     assert "Schedule balance" not in gate_markdown(verdict, review=Review(schedules={}))
     class NoResults:  # neither side's samples: the page still has its schedule section

@@ -7,11 +7,16 @@ from mlagate.report.page import escape, table
 
 INTRO = ("The longest partition's planned work (tiles plus each piece's fixed cost) over the mean, per scheduler "
          "on the case's own lengths: 1.00x is an even deal (docs/kernels.md, the paged kernel).")
-UNKNOWN = "Schedule balance: not shown, head's GPU architecture is not recorded."
+UNKNOWN = "Schedule balance: not shown, the measuring GPU's architecture is not recorded."
 
 
 def _shown(schedules: dict) -> list:
     return sorted(schedules.items(), key=lambda kv: case_label(kv[0]))
+
+
+def lines(schedules: dict) -> list:
+    """'<case>: TileLang: longest partition 1.04x the mean; FlashMLA: 1.02x', one per workload case."""
+    return [f"{case_label(key)}: {d.text()}" for key, d in _shown(schedules)]
 
 
 def markdown(schedules: dict | None) -> list:
@@ -20,10 +25,9 @@ def markdown(schedules: dict | None) -> list:
         return ["", UNKNOWN]
     if not schedules:
         return []
-    lines = ["", "### Schedule balance (workload cases)", "",
-             f"<details><summary>{len(schedules)} workload cases</summary>", "", INTRO, ""]
-    lines += [f"- {case_label(key)}: {d.text()}" for key, d in _shown(schedules)]
-    return lines + ["", "</details>"]
+    out = ["", "### Schedule balance (workload cases)", "",
+           f"<details><summary>{len(schedules)} workload cases</summary>", "", INTRO, ""]
+    return out + [f"- {line}" for line in lines(schedules)] + ["", "</details>"]
 
 
 def _cells(b) -> list:
