@@ -8,8 +8,8 @@ from pathlib import Path
 
 from mlagate import gitops
 from mlagate.atomic import check_output_folder, output_set
-from mlagate.config import Config
-from mlagate.decide import acceptance, build_rules, verdict
+from mlagate.config import Config, ConfigError
+from mlagate.decide import acceptance, build_rules, schedule, verdict
 from mlagate.decide.vocabulary import Kind, Note
 from mlagate.gitops import GitError, git, resolve
 from mlagate.report import comparison
@@ -241,7 +241,22 @@ def review_inputs(verdict, cfg: Config, machine: str, arch: str | None):
     quick = {c.key for c in cfg.cases("quick", cfg.gate.gated, verdict.platform)}
     return Review(changed=changed_files(verdict.base, verdict.head), arch=arch, machine=machine,
                   grids={c.case: "quick" if c.case in quick else "full" for c in verdict.cases},
-                  vendor=cfg.platform(verdict.platform).vendor)
+                  vendor=cfg.platform(verdict.platform).vendor,
+                  schedules=schedule.diagnose_cases(workload_cases(verdict, cfg), arch))
+
+
+def workload_cases(verdict, cfg: Config) -> list:
+    """The verdict's workload cases as perf.yml defines them now (lengths and pages); one it no longer
+    defines has no lengths to plan."""
+    cases = []
+    for cv in verdict.cases:
+        try:
+            case = cfg.case(cv.case, verdict.platform)
+        except ConfigError:
+            continue
+        if case.paged:
+            cases.append(case)
+    return cases
 
 
 def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) -> GateOutput:
@@ -255,7 +270,7 @@ def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) 
     with output_set(out_dir) as fresh:
         if rows:
             tflops_png(fresh / "tflops.png", cfg, rows, arch)
-        page = comparison.write_page(fresh, verdict, sides, cfg)
+        page = comparison.write_page(fresh, verdict, sides, cfg, schedules=review.schedules)
         markdown = report.gate_markdown(verdict, plot="tflops.png" if rows else None,
                                         vendor=cfg.platform(verdict.platform).vendor, page=page.name,
                                         review=review)

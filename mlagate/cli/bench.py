@@ -23,8 +23,9 @@ def run(args, cfg) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mlagate.case import RunStatus
+    from mlagate.decide import schedule
     from mlagate.measure import environment, grid, precompile
-    from mlagate.report import text
+    from mlagate.report import schedules, text
 
     if not torch.cuda.is_available():
         raise ValueError("mlagate bench needs a CUDA or ROCm GPU; torch sees none "
@@ -54,6 +55,10 @@ def run(args, cfg) -> int:
     results = grid.add_metrics(results, peaks=cfg.peaks(env_start.get("arch")),
                                vendor=cfg.platform(platform).vendor)
     _console().print(text.bench_table(results, vendor=cfg.platform(platform).vendor))
+    planned = schedule.diagnose_cases([r.case for r in results], env_start.get("arch"))
+    # how evenly each workload case's batch is dealt over the SMs, by TileLang's plan and the vendor's
+    for line in [schedules.UNKNOWN] if planned is None else schedules.lines(planned):
+        print(f"schedule balance: {line}")
     warning = text.clock_warning(env_start.get("clock_control"),
                                  [w for r in results if r.samples for w in r.samples.windows])
     if warning:

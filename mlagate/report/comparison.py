@@ -15,6 +15,7 @@ from mlagate.measure.summary import median_ci
 from mlagate.report.build_report import FINDING_ICON
 from mlagate.report.page import STYLE, escape, table
 from mlagate.report.plots import distributions_png
+from mlagate.report.schedules import html as schedule_section
 from mlagate.report.text import ICON, TITLE
 from mlagate.store.results_file import BENCH_TIME
 
@@ -116,8 +117,9 @@ def _recorded(label, commit, env) -> str:
     return f"<li>{label} <code>{escape(commit[:10])}</code>: measured {escape(when)} on {where}</li>"
 
 
-def write_page(out: Path, verdict, sides: Sides, cfg) -> Path:
-    """OUT/comparison.html and OUT/distributions.png; returns the page's path."""
+def write_page(out: Path, verdict, sides: Sides, cfg, schedules: dict | None = None) -> Path:
+    """OUT/comparison.html and OUT/distributions.png; returns the page's path. ``schedules``: the workload
+    cases' schedule diagnoses (report.review.Review.schedules), None where head's arch is not known."""
     floor = cfg.gate.ratio[verdict.platform].floor
     cases = sorted(verdict.cases, key=_order)
     samples = {cv.case: (_samples(sides.base, cv.case), _samples(sides.head, cv.case)) for cv in cases}
@@ -154,6 +156,7 @@ def write_page(out: Path, verdict, sides: Sides, cfg) -> Path:
 <h2>Cases, regressions first</h2>
 {table(header, case_rows(cases, samples, floor), "cases")}
 {figure}
+{schedule_section(schedules)}
 <h2>Compiler resources, base → head</h2>
 {f"<ul>{findings}</ul>" if findings else ""}
 {resources}

@@ -20,6 +20,8 @@ class Review:
     machine: str = "MACHINE"
     grids: dict | None = None  # case key -> the grid that measures it ("quick" or "full")
     vendor: str | None = None  # the platform's vendor implementation, measured beside for its ratio
+    # workload case key -> decide.schedule.Diagnosis, its plans' balance; None: head's arch is not known
+    schedules: dict | None = None
 
 
 def summary(verdict) -> str:

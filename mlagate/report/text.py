@@ -4,6 +4,7 @@ from dataclasses import fields, is_dataclass
 
 from mlagate.decide.vocabulary import Kind, Note, Outcome, Status
 from mlagate.measure.clocks import locked_from_clocks
+from mlagate.report import schedules
 from mlagate.report.build_report import FINDING_ICON
 
 
@@ -95,6 +96,8 @@ def gate_markdown(verdict, *, plot: str | None = None, vendor: str = "vendor", p
         lines.append(f"| {c.label} | {_us(c.base_median_s)} | {_us(c.head_median_s)} | {change} | {p} | "
                      f"{_ratio_cell(c)} | {ICON[c.status]} |")
     lines += ["", "</details>"]
+    if review is not None:
+        lines += schedules.markdown(review.schedules)
     if verdict.build_findings:
         failed = sum(f.failed for f in verdict.build_findings)
         lines += ["", "### Compiler resources", "",
