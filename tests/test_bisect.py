@@ -11,7 +11,7 @@ import pytest
 
 import gate_fixtures as fx
 from mlagate import cli, config, gitops
-from mlagate.bisect.rules import Finding, search
+from mlagate.bisect.rules import Finding, Result, _pick, search
 from mlagate.bisect.run import drift, first_parent_commits
 from mlagate.store.errors import GateError
 from mlagate.store.results import Store
@@ -182,3 +182,59 @@ def test_the_commit_before_the_culprit_must_be_within_half_a_threshold_of_good(b
 def test_the_culprit_must_be_within_half_a_threshold_of_bad(after, finding):
     result, commits = decided([0.0, 0.0, 2 * T, 2 * T + after])
     assert (result.finding, result.last_good, result.culprit) == (finding, commits[1], commits[2])
+
+
+# -- the search's record, exactly: what the report prints and the issue opened on main quotes -----------------
+
+def _search_of(changes: dict, threshold=0.025):
+    return search(list(changes), lambda c: changes[c], threshold)
+
+
+def test_a_culprit_search_records_every_step_in_order_and_says_so():
+    # 9 commits, good first: the step is at commit 6 (0 -> 10%)
+    changes = {f"c{i}{'0' * 12}": (0.10 if i >= 6 else 0.0) for i in range(9)}
+    changes["c0" + "0" * 12] = None  # good itself is never asked: its change is 0 by definition
+    result = _search_of(changes)
+    names = list(changes)
+    assert [(s.commit, s.change, s.bad) for s in result.steps] == [
+        (names[8], 0.10, True), (names[4], 0.0, False), (names[6], 0.10, True), (names[5], 0.0, False)]
+    assert (result.finding, result.culprit, result.last_good) == ("culprit", names[6], names[5])
+    assert result.step_change == 0.10 and result.total == 0.10 and result.skipped == []
+    assert result.text() == (f"{names[6][:10]} is the first slow commit: +10.0% against {names[5][:10]} "
+                             "(whole drift +10.0%, 4 commits measured)")
+
+
+def test_a_skipped_middle_commit_is_stepped_around_and_an_all_skipped_gap_is_untestable():
+    names = [f"k{i}{'0' * 12}" for i in range(6)]
+    changes = dict(zip(names, [0.0, 0.0, None, None, 0.10, 0.10]))
+    result = _search_of(changes)
+    # the middle (2) is skipped, its neighbour 3 too, then 1 is good; 2 and 3 remain, both skipped
+    assert [(s.commit, s.change, s.bad) for s in result.steps] == [
+        (names[5], 0.10, True), (names[2], None, None), (names[3], None, None), (names[1], 0.0, False),
+        (names[4], 0.10, True)]
+    assert (result.finding, result.last_good, result.culprit) == ("untestable", names[1], names[4])
+    assert result.skipped == [names[2], names[3]]
+    assert result.text() == (f"the step is somewhere in {names[2][:10]}, {names[3][:10]} (every one skipped), "
+                             f"after {names[1][:10]}")
+
+
+def test_the_other_findings_say_what_was_measured():
+    names = [f"g{i}{'0' * 12}" for i in range(5)]
+    gradual = _search_of(dict(zip(names, [0.0, 0.02, 0.04, 0.06, 0.08])))
+    assert gradual.finding == "gradual" and (gradual.last_good, gradual.culprit) == (names[1], names[2])
+    assert gradual.text() == (f"no single culprit: between {names[1][:10]} and {names[2][:10]} the step is "
+                              "+2.0% of a +8.0% drift (gradual, or noise)")
+    none = _search_of(dict(zip(names, [0.0, 0.0, 0.0, 0.0, 0.01])))
+    assert none.finding == "no_drift" and none.text() == "no drift: the bad commit is +1.0% against the good one"
+    assert [(s.commit, s.change, s.bad) for s in none.steps] == [(names[4], 0.01, True)]
+    unmeasured = _search_of(dict(zip(names, [0.0, 0.0, 0.0, 0.0, None])))
+    assert unmeasured.finding == "unmeasured" and unmeasured.steps[0].bad is None
+    assert unmeasured.text() == f"the bad commit {names[4][:10]} could not be measured"
+    assert Result(Finding.NO_DRIFT, names).text() == ("no drift: no case of the bad commit is slower than its best "
+                                                      "recent recorded result by the limit")
+
+
+def test_pick_takes_the_middle_then_its_nearest_untried_neighbours():
+    assert _pick(0, 8, set()) == 4 and _pick(0, 8, {4}) == 5 and _pick(0, 8, {4, 5}) == 3
+    assert _pick(0, 8, {3, 4, 5}) == 6 and _pick(0, 8, {1, 2, 3, 4, 5, 6, 7}) is None
+    assert _pick(2, 3, set()) is None and _pick(2, 4, set()) == 3
