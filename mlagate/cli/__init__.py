@@ -25,20 +25,28 @@ from mlagate.cli import (
     runner_check,
     tune,
 )
+from mlagate.cli import parser as cli_parser
 
 # The options that name a commit, across the subcommands.
 REVISIONS = ("base", "head", "bad", "good", "commit", "rev")
 COMMANDS = (bench, record, gate, results, report, build, calibrate, gpus, runner_check, bisect, ladder, tune, demo)
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlagate", description=__doc__)
     parser.add_argument("--config", default=None, help="perf.yml (default: the repository's)")
+    parser.add_argument("--version", action=cli_parser.Version, help="the version (and commit) of mlagate")
     sub = parser.add_subparsers(dest="command", required=True)
-
     for module in COMMANDS:  # each adds its parser, which sets func(args, cfg) -> exit code
         module.add_parser(sub)
+    cli_parser.finish(parser)  # exit codes in every --help, "did you mean" for every choice
+    return parser
 
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cli_parser.check_command(parser, argv)
     args = parser.parse_args(argv)
     from mlagate.store.errors import GateError, StoreError
 

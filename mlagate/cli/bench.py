@@ -4,6 +4,7 @@ from pathlib import Path
 
 from mlagate import config as config_mod
 from mlagate import exits
+from mlagate.names import unknown
 
 
 def add_parser(sub):
@@ -26,14 +27,14 @@ def run(args, cfg) -> int:
     from mlagate.measure import environment, grid, precompile
     from mlagate.report import text
 
+    impls = args.impl or list(cfg.implementations)  # bad input first, on any machine
+    for name in impls:
+        if name not in cfg.implementations and not _candidate(name):
+            raise config_mod.ConfigError(f"--impl: {unknown('implementation', name, cfg.implementations)}; "
+                                         "or a tune candidate (tilelang-<family>@..., as `mlagate tune` names them)")
     if not torch.cuda.is_available():
         raise ValueError("mlagate bench needs a CUDA or ROCm GPU; torch sees none "
                          "(on a CPU machine, `mlagate build --codegen-only` checks the kernels)")
-    impls = args.impl or list(cfg.implementations)
-    for name in impls:
-        if name not in cfg.implementations and not _candidate(name):
-            raise config_mod.ConfigError(f"--impl {name}: not in implementations ({', '.join(cfg.implementations)}) "
-                                         "nor a tune candidate (tilelang-<family>@..., as `mlagate tune` names them)")
     platform = environment.platform()
     cases = cfg.cases(args.grid, impls, platform, args.dtype)
     gpus = grid.parse_gpus(args.gpus)

@@ -30,6 +30,7 @@ from mlagate.kernels import mla_decode
 from mlagate.ladder import rules as ladder
 from mlagate.measure.impls import TILELANG_PREFIX
 from mlagate.measure.summary import median
+from mlagate.names import unknown
 
 REF_ROOT = "refs/mlagate/ladder"
 CALIBRATION_VERSION = 3  # 1: a spin launched after the kernel; 2: every step timed in one alternation with base
@@ -75,10 +76,9 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
     names = [i.strip() for i in impls.split(",") if i.strip()] if isinstance(impls, str) else list(impls or ())
     # the vendor too by default: a gated case without its vendor ratio is an error in the gate
     names = list(dict.fromkeys(names or [cfg.platform(here).tilelang, cfg.platform(here).vendor]))
-    unknown = [i for i in names if i not in cfg.implementations]
-    if unknown:
-        raise ValueError(f"--impls: unknown implementation {unknown[0]!r}; perf.yml has "
-                         f"{', '.join(cfg.implementations)}")
+    strangers = [i for i in names if i not in cfg.implementations]
+    if strangers:
+        raise ValueError(f"--impls: {unknown('implementation', strangers[0], cfg.implementations)}")
     gated = [i for i in names if i.startswith(TILELANG_PREFIX) and i in cfg.gate.gated]
     configs = {i: mla_decode.CONFIGS[i.removeprefix(TILELANG_PREFIX)] for i in gated}
     files = tuple(sorted({ladder.SCHEDULES[c.schedule][0] for c in configs.values()}))
