@@ -1,13 +1,18 @@
 """The command line helps: --version, the exit codes in every --help (from mlagate/exits.py), and "did you mean"
 for an unknown subcommand, choice or implementation."""
 
+import shutil
+import subprocess
 from importlib import metadata
 
 import pytest
 
+import gate_fixtures as fx
 from mlagate import cli, exits, gitops
 from mlagate.cli import parser as cli_parser
 from mlagate.config import ROOT
+from mlagate.store.errors import GateError
+from mlagate.store.results import Store, pick_machine
 
 
 def commands(parser=None, path=()):
@@ -92,3 +97,85 @@ def test_a_choice_keeps_its_type(capsys):
 def test_an_unknown_implementation_names_the_closest_of_perf_yml(capsys, argv, hint):
     code, _, err = run(capsys, *argv)
     assert code == exits.ERROR and hint in err, err
+
+
+# -- errors that name what exists and what to type next ---------------------------------------------------------
+
+def test_gate_on_an_empty_store_says_so_and_gives_the_record_commands(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code, _, err = run(capsys, "gate", "--base", fx.BASE, "--head", fx.DOCS, "--results", str(tmp_path / "empty"),
+                       "--out", str(tmp_path / "out"))
+    assert code == exits.ERROR
+    assert "no results recorded yet, on any machine" in err
+    for commit in (fx.BASE, fx.DOCS):
+        assert f"mlagate record --rev {commit} --machine <name> --results {tmp_path / 'empty'}" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["gate", "report"])
+def test_a_machine_the_store_lacks_is_refused_naming_those_it_has(tmp_path, capsys, command):
+    root = fx.copy_store(tmp_path)
+    revisions = ["--base", fx.BASE, "--head", fx.DOCS] if command == "gate" else []
+    code, _, err = run(capsys, command, *revisions, "--machine", "h20", "--results", str(root),
+                       "--out", str(tmp_path / "out"))
+    assert code == exits.ERROR
+    assert "--machine 'h20' is unknown; did you mean h200? (known: h200)" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_several_machines_and_no_machine_names_them(tmp_path, capsys):
+    root = fx.copy_store(tmp_path)
+    shutil.copytree(root / fx.MACHINE, root / "mi300x")
+    code, _, err = run(capsys, "gate", "--base", fx.BASE, "--head", fx.DOCS, "--results", str(root),
+                       "--out", str(tmp_path / "out"))
+    assert code == exits.ERROR and "2 machines recorded (h200, mi300x); pass --machine" in err, err
+
+
+def test_a_machine_a_record_is_about_to_start_is_taken(tmp_path):
+    store = Store(fx.copy_store(tmp_path))
+    assert pick_machine(store, "new-box", new=True) == "new-box"
+    with pytest.raises(GateError, match="did you mean"):
+        pick_machine(store, "h2000")
+
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch):
+    """mlagate's own default (commits resolve in the working directory's repository), run from tmp_path."""
+    monkeypatch.setattr(gitops, "REPO", None)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv", [
+    ("gate", "--base", "HEAD~1", "--head", "HEAD", "--results", "r"),
+    ("record", "--machine", "m", "--results", "r"),
+    ("bisect", "--machine", "m", "--results", "r"),
+    ("ladder", "--base", "HEAD"),
+], ids=["gate --base", "record --rev", "bisect --bad", "ladder --base"])
+def test_outside_a_git_repository_a_revision_is_refused_saying_so(elsewhere, capsys, argv):
+    code, _, err = run(capsys, *argv)
+    assert code == exits.ERROR
+    assert f"{elsewhere} is in no git repository" in err and "cd into your clone" in err, err
+    assert f"--{ {'gate': 'base', 'record': 'rev', 'bisect': 'bad', 'ladder': 'base'}[argv[0]]} " in err, err
+    assert list(elsewhere.iterdir()) == []  # nothing written
+
+
+def test_revisions_resolve_in_the_working_directorys_repository(elsewhere, capsys):
+    def git(*args):
+        return subprocess.run(["git", "-C", str(elsewhere), *args], check=True, capture_output=True, text=True)
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false", "commit", "-q",
+        "--allow-empty", "-m", "another project")
+    theirs = git("rev-parse", "HEAD").stdout.strip()
+    assert theirs != gitops.head_or_none(ROOT)
+    (elsewhere / "empty").mkdir()
+    code, _, err = run(capsys, "gate", "--base", "HEAD", "--head", "HEAD", "--results", "empty", "--out", "out")
+    assert code == exits.ERROR and f"mlagate record --rev {theirs} " in err, err
+
+
+def test_a_revision_the_clone_lacks_names_it_and_how_to_fetch_it():
+    with pytest.raises(gitops.GitError) as e:
+        gitops.resolve("no-such-branch")
+    assert f"'no-such-branch' names no commit in {ROOT}" in str(e.value) and "fetch" in str(e.value)
+    assert "fatal" not in str(e.value)

@@ -5,11 +5,12 @@ missing or corrupt results, config errors, any unexpected exception)."""
 
 import argparse
 import os
+import re
 import sys
 import traceback
 
 from mlagate import config as config_mod
-from mlagate import exits
+from mlagate import exits, gitops
 from mlagate.cli import (
     bench,
     bisect,
@@ -54,6 +55,13 @@ def main(argv=None) -> int:
              and not str(getattr(args, name)).strip()]
     if empty:  # git's "rev-parse --verify ^{commit} failed" would name nothing
         return _error(args.command, f"{empty[0]}: an empty revision; give a commit or a branch")
+    given = [f"--{name} {value}" for name in REVISIONS if (value := getattr(args, name, None))
+             and not re.fullmatch(r"[0-9a-f]{40}", value)]  # a full hash is taken as given where a clone lacks it
+    if given and gitops.REPO is None:  # revisions resolve where mlagate runs, never in its own checkout
+        try:
+            gitops.repository()
+        except gitops.GitError as e:
+            return _error(args.command, f"{given[0]}: {e}")
     try:
         cfg = config_mod.load(args.config)
         return args.func(args, cfg)

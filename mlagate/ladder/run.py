@@ -96,7 +96,8 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
         base = resolve(base_rev)
         sources = {path: git("show", f"{base}:{path}", strip=False) for path in files}
     except GitError as e:
-        raise ValueError(f"--base {base_rev!r}: not a commit in {gitops.REPO} with {', '.join(files)} ({e})") from None
+        raise ValueError(f"--base {base_rev!r}: not a commit in {gitops.repository()} with {', '.join(files)} "
+                         f"({e})") from None
     for path, source in sources.items():
         why = ladder.unpatchable(source, path)
         if why:  # a base older than the ladder's kernel: refused here, not at a step commit's import on the GPU
@@ -182,7 +183,8 @@ def _timed(cfg: Config, commits: dict, case: Case, device, rounds: int = CALIBRA
     from mlagate.measure.harness import Inputs
 
     inputs = Inputs(case, device)
-    launches = {name: interleaved.launch_at(gitops.REPO, commit, case, inputs) for name, commit in commits.items()}
+    repo = gitops.repository()
+    launches = {name: interleaved.launch_at(repo, commit, case, inputs) for name, commit in commits.items()}
     samples = interleaved.alternate(launches, cfg.timing, rounds, device=device)
     del launches, inputs
     _free_memory()
