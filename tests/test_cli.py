@@ -1,6 +1,7 @@
 """The command line helps: --version, the exit codes in every --help (from mlagate/exits.py), and "did you mean"
 for an unknown subcommand, choice or implementation."""
 
+import os
 import shutil
 import subprocess
 from importlib import metadata
@@ -8,7 +9,8 @@ from importlib import metadata
 import pytest
 
 import gate_fixtures as fx
-from mlagate import cli, exits, gitops
+from mlagate import cli, config, exits, gitops
+from mlagate.cli import flags
 from mlagate.cli import parser as cli_parser
 from mlagate.config import ROOT
 from mlagate.store.errors import GateError
@@ -92,8 +94,8 @@ def test_a_choice_keeps_its_type(capsys):
 
 @pytest.mark.parametrize("argv, hint", [
     (("bench", "--impl", "flash_mlaa"), "--impl: implementation 'flash_mlaa' is unknown; did you mean flash_mla"),
-    (("ladder", "--base", "HEAD", "--impls", "tilelang-hoper"), "did you mean tilelang-hopper, "),
-], ids=["bench --impl", "ladder --impls"])
+    (("ladder", "--base", "HEAD", "--machine", "m", "--impl", "tilelang-hoper"), "did you mean tilelang-hopper, "),
+], ids=["bench --impl", "ladder --impl"])
 def test_an_unknown_implementation_names_the_closest_of_perf_yml(capsys, argv, hint):
     code, _, err = run(capsys, *argv)
     assert code == exits.ERROR and hint in err, err
@@ -150,7 +152,7 @@ def elsewhere(tmp_path, monkeypatch):
     ("gate", "--base", "HEAD~1", "--head", "HEAD", "--results", "r"),
     ("record", "--machine", "m", "--results", "r"),
     ("bisect", "--machine", "m", "--results", "r"),
-    ("ladder", "--base", "HEAD"),
+    ("ladder", "--base", "HEAD", "--machine", "m"),
 ], ids=["gate --base", "record --rev", "bisect --bad", "ladder --base"])
 def test_outside_a_git_repository_a_revision_is_refused_saying_so(elsewhere, capsys, argv):
     code, _, err = run(capsys, *argv)
@@ -179,3 +181,55 @@ def test_a_revision_the_clone_lacks_names_it_and_how_to_fetch_it():
         gitops.resolve("no-such-branch")
     assert f"'no-such-branch' names no commit in {ROOT}" in str(e.value) and "fetch" in str(e.value)
     assert "fatal" not in str(e.value)
+
+
+# -- the same flag, the same way, in every subcommand -------------------------------------------------------------
+
+def shared_uses():
+    """{dest: [(subcommand path, action)]} of the flags tests below hold to mlagate/cli/flags.py."""
+    uses = {}
+    for path, parser in commands():
+        for action in parser._actions:
+            if action.dest in SHARED:
+                uses.setdefault(action.dest, []).append((" ".join(path), action))
+    return uses
+
+
+SHARED = {  # dest: (its one spelling, the helps flags.py writes for it, the defaults it may have)
+    "grid": ("--grid", "perf.yml grid, ", {flags.STORE_GRID, flags.LOOK_GRID}),
+    "impl": ("--impl", "implementation of perf.yml (repeatable; default: ", {None}),
+    "dtype": ("--dtype", "dtype (repeatable; default: ", {None}),
+    "machine": ("--machine", tuple(flags.MACHINE_HELP.values()), {None}),
+    "results": ("--results", flags.RESULTS_HELP, {None}),
+    "gpus": ("--gpus", "measure on several GPUs of this host", {None}),
+    "jobs": ("--jobs", "", {os.cpu_count() or 1}),
+}
+
+
+@pytest.mark.parametrize("dest", SHARED)
+def test_a_shared_flag_has_one_spelling_one_help_source_and_one_default(dest):
+    spelling, helps, defaults = SHARED[dest]
+    uses = shared_uses()[dest]
+    assert len(uses) >= 2, dest  # shared: else it belongs to its command alone
+    for where, action in uses:
+        assert action.option_strings == [spelling], where
+        help_text = action.help or ""
+        assert (help_text in helps) if isinstance(helps, tuple) else help_text.startswith(helps), (where, help_text)
+        assert action.default in defaults, (where, action.default)
+        if dest == "machine":  # required exactly where the records go under it
+            assert action.required == (help_text == flags.MACHINE_HELP["records"]), where
+    assert len({type(a) for _, a in uses}) == 1, dest  # repeatable everywhere, or nowhere
+    assert len({tuple(a.choices or ()) for _, a in uses}) == 1, dest
+
+
+def test_every_grid_is_a_checked_choice_of_perf_ymls_grids_and_says_its_default():
+    for where, action in shared_uses()["grid"]:
+        assert tuple(action.choices) == config.GRIDS, where
+        assert action.help.endswith(f"(default {action.default})"), where
+
+
+def test_the_old_spelling_ladder_impls_is_gone_from_the_workflows_compose_and_docs():
+    texts = [p.read_text() for p in (*ROOT.glob(".github/workflows/*.yml"), ROOT / "docker-compose.yml",
+                                     ROOT / "Makefile", ROOT / "README.md", *ROOT.glob("docs/*.md"))
+             if p.name != "measurements.md"]  # the log keeps the commands as they were run
+    assert not [t for t in texts if "--impls" in t]

@@ -171,6 +171,7 @@ def documented_commands():
     expanded = []
     for where, cmd in found:
         cmd = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", cmd)
+        cmd = re.sub(r"\$\{?\w*GRID\}?", "full", cmd)  # --grid is a checked choice: a grid's name, as tune.yml's
         cmd = re.sub(r"\$\{?\w+\}?", "X", cmd)
         expanded.append((where, shlex.split(cmd)[1:]))
     return expanded

@@ -4,17 +4,16 @@ from pathlib import Path
 
 from mlagate import config as config_mod
 from mlagate import exits
+from mlagate.cli import flags
 from mlagate.names import unknown
 
 
 def add_parser(sub):
     p = sub.add_parser("bench", help="measure the grid and print a table")
-    p.add_argument("--grid", default="quick", choices=("quick", "full"))
-    p.add_argument("--impl", action="append", help="implementation (repeatable; default: all in perf.yml), or a "
-                   "tune candidate such as tilelang-hopper@N64.H64.split0.t256.stages2.FullCol")
-    p.add_argument("--dtype", action="append", choices=config_mod.DTYPES,
-                   help="dtype (repeatable; default: the platform's dtypes in perf.yml)")
-    p.add_argument("--gpus", default=None, help="'all', N, or a list like 0,2: one worker per GPU")
+    flags.grid(p, flags.LOOK_GRID, "the shapes measured")
+    flags.impl(p, "all", ", or a tune candidate such as tilelang-hopper@N64.H64.split0.t256.stages2.FullCol")
+    flags.dtype(p, "the platform's dtypes in perf.yml")
+    flags.gpus(p)
     p.add_argument("--out", default=None, help="write JSON (raw samples) here and CSV beside it")
     p.set_defaults(func=run)
 
