@@ -183,6 +183,8 @@ def pick_machine(store: Store, machine: str | None, new: bool = False, revs=("<c
     (``new``: it may be one a record is about to start); with none at all, the error gives the record command
     for each of ``revs``."""
     machines = store.machines()
+    # a folder without its machine.json is let through: loading it names the missing file
+    new = new or bool(machine and (store.root / machine).is_dir())
     if not machines and not (machine and new):
         record = "; ".join(f"mlagate record --rev {rev} --machine {machine or '<name>'} --results {store.root}"
                            for rev in revs)
