@@ -90,7 +90,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     base_commit, head_commit = commit_of(base_rev), commit_of(head_rev)
     accept_notes = []
     trusted, proposed, head_commits = acceptances(base_commit, head_commit, accept_texts, accept_notes)
-    machine = pick_machine(store, machine)
+    machine = pick_machine(store, machine, new=record_missing, revs=(base_commit, head_commit))
     sides = (("base", base_commit), ("head", head_commit))
     for name, commit in sides:  # both, and head's env sidecar, before --record-missing writes anything
         store.load(machine, commit)
@@ -112,7 +112,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
 
         cases = [cfg.case(c.case, platform) for c in flagged]
         echo(f"confirming {len(cases)} flagged case(s) with an interleaved base/head re-measure")
-        confirmations = interleaved.interleaved(cases, gitops.REPO, base_commit, head_commit, cfg.timing,
+        confirmations = interleaved.interleaved(cases, gitops.repository(), base_commit, head_commit, cfg.timing,
                                                 cfg.gate.confirm_rounds)
         decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history,
                                    confirmations=confirmations, envs=envs, marks=marks)

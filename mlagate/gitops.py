@@ -1,29 +1,48 @@
 """The one git runner: every git command mlagate runs goes through :func:`git`."""
 
 import subprocess
+from pathlib import Path
 
-from mlagate.config import ROOT
-
-REPO = ROOT  # the repository commits are resolved in; read at each call, so tests can point it at a clone
+# The repository commits are resolved in; None: the one the current directory is in (never mlagate's own
+# checkout, which an installed mlagate may not even have). Read at each call, so tests can point it at a clone.
+REPO = None
 
 
 class GitError(ValueError):
     """A git command failed; the message has the command, the repository and git's own error."""
 
 
+def repository() -> Path:
+    """:data:`REPO`, else the top of the git repository the current directory is in; GitError where it is in none."""
+    if REPO is not None:
+        return Path(REPO)
+    here = Path.cwd()
+    out = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(here), "rev-parse", "--show-toplevel"],
+                         capture_output=True, text=True)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise GitError(f"{here} is in no git repository: mlagate resolves revisions (--base, --head, --rev, --bad, "
+                       "--good) in the repository you run it from; cd into your clone and run it again")
+    return Path(out.stdout.strip())
+
+
 def git(*args, repo=None, check=True, strip=True) -> str:
-    """Run git in ``repo`` (default :data:`REPO`), whoever owns it (a container's checkout
+    """Run git in ``repo`` (default :func:`repository`), whoever owns it (a container's checkout
     belongs to another user); its stdout. ``check``: a non-zero exit raises GitError."""
-    repo = repo or REPO
-    out = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), *args], capture_output=True, text=True)
+    where = repo or repository()
+    out = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(where), *args], capture_output=True, text=True)
     if check and out.returncode != 0:
-        raise GitError(f"git {' '.join(args)} failed in {repo}: {out.stderr.strip()}")
+        raise GitError(f"git {' '.join(args)} failed in {where}: {out.stderr.strip()}")
     return out.stdout.strip() if strip else out.stdout
 
 
 def resolve(rev: str, repo=None) -> str:
-    """The full hash of the commit ``rev`` names."""
-    return git("rev-parse", "--verify", f"{rev}^{{commit}}", repo=repo)
+    """The full hash of the commit ``rev`` names; GitError saying where it was looked for and what to try."""
+    where = repo or repository()
+    try:
+        return git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", repo=where)
+    except GitError:  # git's own "fatal: Needed a single revision" names neither the revision nor the clone
+        raise GitError(f"{rev!r} names no commit in {where}: check the spelling, or fetch it "
+                       f"(`git -C {where} fetch origin {rev}`; a shallow CI clone needs fetch-depth: 0)") from None
 
 
 def head_or_none(repo=None) -> str | None:

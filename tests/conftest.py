@@ -4,6 +4,11 @@ from pathlib import Path
 import pytest
 
 from mlagate import gitops
+from mlagate.config import ROOT
+
+# Commits resolve in this checkout wherever pytest runs from (mlagate's own default is the working directory's
+# repository); tests of that rule set gitops.REPO back to None.
+gitops.REPO = ROOT
 
 
 def pytest_addoption(parser):

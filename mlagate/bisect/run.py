@@ -127,7 +127,8 @@ def _measurer(cfg, store, machine, good, cases, grid, echo):
             if broken:
                 echo(f"skip {commit[:10]}: not measured in its record ({', '.join(broken)})")
                 return None
-            pairs = interleaved.interleaved(cases, gitops.REPO, good, commit, cfg.timing, cfg.gate.confirm_rounds)
+            pairs = interleaved.interleaved(cases, gitops.repository(), good, commit, cfg.timing,
+                                            cfg.gate.confirm_rounds)
         except (StoreError, GateError, interleaved.ConfirmError, WrongResult, ValueError) as e:
             echo(f"skip {commit[:10]}: {type(e).__name__}: {e}")
             return None

@@ -5,11 +5,12 @@ missing or corrupt results, config errors, any unexpected exception)."""
 
 import argparse
 import os
+import re
 import sys
 import traceback
 
 from mlagate import config as config_mod
-from mlagate import exits
+from mlagate import exits, gitops
 from mlagate.cli import (
     bench,
     bisect,
@@ -25,20 +26,28 @@ from mlagate.cli import (
     runner_check,
     tune,
 )
+from mlagate.cli import parser as cli_parser
 
 # The options that name a commit, across the subcommands.
 REVISIONS = ("base", "head", "bad", "good", "commit", "rev")
 COMMANDS = (bench, record, gate, results, report, build, calibrate, gpus, runner_check, bisect, ladder, tune, demo)
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlagate", description=__doc__)
     parser.add_argument("--config", default=None, help="perf.yml (default: the repository's)")
+    parser.add_argument("--version", action=cli_parser.Version, help="the version (and commit) of mlagate")
     sub = parser.add_subparsers(dest="command", required=True)
-
     for module in COMMANDS:  # each adds its parser, which sets func(args, cfg) -> exit code
         module.add_parser(sub)
+    cli_parser.finish(parser)  # exit codes in every --help, "did you mean" for every choice
+    return parser
 
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cli_parser.check_command(parser, argv)
     args = parser.parse_args(argv)
     from mlagate.store.errors import GateError, StoreError
 
@@ -46,6 +55,13 @@ def main(argv=None) -> int:
              and not str(getattr(args, name)).strip()]
     if empty:  # git's "rev-parse --verify ^{commit} failed" would name nothing
         return _error(args.command, f"{empty[0]}: an empty revision; give a commit or a branch")
+    given = [f"--{name} {value}" for name in REVISIONS if (value := getattr(args, name, None))
+             and not re.fullmatch(r"[0-9a-f]{40}", value)]  # a full hash is taken as given where a clone lacks it
+    if given and gitops.REPO is None:  # revisions resolve where mlagate runs, never in its own checkout
+        try:
+            gitops.repository()
+        except gitops.GitError as e:
+            return _error(args.command, f"{given[0]}: {e}")
     try:
         cfg = config_mod.load(args.config)
         return args.func(args, cfg)

@@ -4,16 +4,16 @@ from pathlib import Path
 
 from mlagate import config as config_mod
 from mlagate import exits
+from mlagate.cli import flags
+from mlagate.names import unknown
 
 
 def add_parser(sub):
     p = sub.add_parser("bench", help="measure the grid and print a table")
-    p.add_argument("--grid", default="quick", choices=("quick", "full"))
-    p.add_argument("--impl", action="append", help="implementation (repeatable; default: all in perf.yml), or a "
-                   "tune candidate such as tilelang-hopper@N64.H64.split0.t256.stages2.FullCol")
-    p.add_argument("--dtype", action="append", choices=config_mod.DTYPES,
-                   help="dtype (repeatable; default: the platform's dtypes in perf.yml)")
-    p.add_argument("--gpus", default=None, help="'all', N, or a list like 0,2: one worker per GPU")
+    flags.grid(p, flags.LOOK_GRID, "the shapes measured")
+    flags.impl(p, "all", ", or a tune candidate such as tilelang-hopper@N64.H64.split0.t256.stages2.FullCol")
+    flags.dtype(p, "the platform's dtypes in perf.yml")
+    flags.gpus(p)
     p.add_argument("--out", default=None, help="write JSON (raw samples) here and CSV beside it")
     p.set_defaults(func=run)
 
@@ -27,14 +27,14 @@ def run(args, cfg) -> int:
     from mlagate.measure import environment, grid, precompile
     from mlagate.report import schedules, text
 
+    impls = args.impl or list(cfg.implementations)  # bad input first, on any machine
+    for name in impls:
+        if name not in cfg.implementations and not _candidate(name):
+            raise config_mod.ConfigError(f"--impl: {unknown('implementation', name, cfg.implementations)}; "
+                                         "or a tune candidate (tilelang-<family>@..., as `mlagate tune` names them)")
     if not torch.cuda.is_available():
         raise ValueError("mlagate bench needs a CUDA or ROCm GPU; torch sees none "
                          "(on a CPU machine, `mlagate build --codegen-only` checks the kernels)")
-    impls = args.impl or list(cfg.implementations)
-    for name in impls:
-        if name not in cfg.implementations and not _candidate(name):
-            raise config_mod.ConfigError(f"--impl {name}: not in implementations ({', '.join(cfg.implementations)}) "
-                                         "nor a tune candidate (tilelang-<family>@..., as `mlagate tune` names them)")
     platform = environment.platform()
     cases = cfg.cases(args.grid, impls, platform, args.dtype)
     gpus = grid.parse_gpus(args.gpus)

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from mlagate import exits
+from mlagate.cli import flags
 
 
 def add_parser(sub):
@@ -10,9 +11,9 @@ def add_parser(sub):
     p.add_argument("--bad", default="HEAD", help="the slow commit (default HEAD)")
     p.add_argument("--good", default=None,
                    help="a fast commit before it (default: the recorded main commit the drift warning compares with)")
-    p.add_argument("--machine", required=True, help="asv machine name")
-    p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
-    p.add_argument("--grid", default="quick", choices=("quick", "full"), help="grid for the records it makes")
+    flags.machine(p, "records")
+    flags.results(p)
+    flags.grid(p, flags.LOOK_GRID, "the shapes of the records it makes (only the cases it needs)")
     p.add_argument("--out", default="out/bisect", help="folder for bisect.md and bisect.json")
     p.set_defaults(func=run)
 

@@ -1,13 +1,13 @@
 """`mlagate build`: compile every kernel on a CPU, record its resources, check the rules."""
 
 import json
-import os
 import sys
 from pathlib import Path
 
 from mlagate import exits
 from mlagate.build import plan, report
 from mlagate.build.plan import BuildError
+from mlagate.cli import flags
 from mlagate.decide import build_rules
 
 
@@ -15,16 +15,15 @@ def add_parser(sub):
     p = sub.add_parser("build", help="compile every kernel on a CPU, record its resources, check the rules")
     p.add_argument("--target", action="append", help="cuda:sm_90a or hip:gfx942 (repeatable; default: both)")
     p.add_argument("--codegen-only", action="store_true", help="lower only: no nvcc (source-level numbers)")
-    p.add_argument("--grid", default="quick", choices=("quick", "full"), help="shapes from perf.yml's grid")
-    p.add_argument("--dtype", action="append", choices=("float16", "bfloat16"),
-                   help="dtype (repeatable; default: both)")
+    flags.grid(p, flags.LOOK_GRID, "the shapes compiled")
+    flags.dtype(p, "both")
     p.add_argument("--config-name", action="append",
                    help="tile config (repeatable; default per target: cuda all, hip cdna3)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel lowering processes / nvcc runs")
+    flags.jobs(p, "parallel lowering processes / nvcc runs")
     p.add_argument("--out", default="out/build", help="folder for build-<target>.json and .md")
     p.add_argument("--record", action="store_true", help="also store each report as a sidecar of HEAD's results")
-    p.add_argument("--machine", default=None, help="asv machine name the sidecars go to (with --record)")
-    p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
+    flags.machine(p, "sidecars")
+    flags.results(p)
     p.set_defaults(func=run)
 
 

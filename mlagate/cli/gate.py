@@ -4,19 +4,20 @@ import sys
 from pathlib import Path
 
 from mlagate import config as config_mod
+from mlagate.cli import flags
 
 
 def add_parser(sub):
     p = sub.add_parser("gate", help="decide head against base from the results store")
     p.add_argument("--base", required=True, help="base revision (e.g. origin/main)")
     p.add_argument("--head", required=True, help="head revision (e.g. HEAD)")
-    p.add_argument("--machine", default=None, help="asv machine name (default: the store's only machine)")
-    p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
+    flags.machine(p, "reads")
+    flags.results(p)
     p.add_argument("--platform", default=None, choices=config_mod.PLATFORMS,
                    help="the platform head must have been measured on (checked against its env sidecar)")
     p.add_argument("--confirm", action="store_true", help="re-measure flagged cases interleaved (needs the GPU)")
     p.add_argument("--record-missing", action="store_true", help="record base/head first if the store lacks them")
-    p.add_argument("--grid", default="full", choices=("quick", "full"), help="grid for --record-missing")
+    flags.grid(p, flags.STORE_GRID, "the shapes --record-missing records")
     p.add_argument("--out", default="out/gate", help="folder for gate.md, verdict.json and tflops.png")
     p.set_defaults(func=run)
 

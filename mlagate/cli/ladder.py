@@ -4,6 +4,7 @@ table says what the gate measured against what was injected. Exit 0 once the tab
 does not judge."""
 
 from mlagate import exits
+from mlagate.cli import flags
 from mlagate.ladder.rules import DEFAULT_STEPS, step_name
 
 
@@ -14,11 +15,10 @@ def add_parser(sub):
     p.add_argument("--steps", default=",".join(map(step_name, DEFAULT_STEPS)),
                    help="slowdowns to inject, in %% of each case's own time (default %(default)s)")
     p.add_argument("--reps", default="3", help="repetitions, each with a results store of its own (default 3)")
-    p.add_argument("--grid", default="quick", choices=("quick", "full"), help="grid of the records (default quick)")
-    p.add_argument("--impls", default=None,
-                   help="implementations to record, comma-separated (default: the platform's TileLang config and "
-                        "its vendor kernel, whose ratio the gate needs); the gated TileLang ones get the delay")
-    p.add_argument("--machine", default=None, help="asv machine name (default: this host's name)")
+    flags.grid(p, flags.LOOK_GRID, "the shapes of its own stores' records")
+    flags.impl(p, "the platform's TileLang config and its vendor kernel, whose ratio the gate needs",
+               "; the gated TileLang ones get the delay")
+    flags.machine(p, "records")
     p.add_argument("--out", default="out/ladder",
                    help="folder for everything; run again with the same arguments and --out to resume")
     p.set_defaults(func=run)
@@ -28,7 +28,7 @@ def run(args, cfg) -> int:
     from mlagate.ladder import run as ladder
 
     plan = ladder.plan(cfg, base_rev=args.base, steps=args.steps, reps=args.reps, grid=args.grid,
-                       impls=args.impls, machine=args.machine, out=args.out)
+                       impls=args.impl, machine=args.machine, out=args.out)
     files = ladder.write_outputs(ladder.run_ladder(cfg, plan), plan.out)
     print(files["markdown"].read_text())
     print(f"wrote {', '.join(str(p) for p in files.values())}")

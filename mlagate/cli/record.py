@@ -1,20 +1,19 @@
 """`mlagate record`: run asv on a commit and append its results to the store."""
 
-from mlagate import config as config_mod
 from mlagate import exits
+from mlagate.cli import flags
 
 
 def add_parser(sub):
     p = sub.add_parser("record", help="run asv on a commit and append its results to the store")
     p.add_argument("--rev", default="HEAD", help="commit to record (a worktree is used if it is not checked out)")
-    p.add_argument("--machine", required=True, help="asv machine name (one per GPU model and host setup)")
-    p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
-    p.add_argument("--grid", default="full", choices=("quick", "full"))
-    p.add_argument("--impl", action="append", help="implementation (repeatable; default: all)")
-    p.add_argument("--dtype", action="append", choices=config_mod.DTYPES, help="dtype (repeatable)")
+    flags.machine(p, "records")
+    flags.results(p)
+    flags.grid(p, flags.STORE_GRID, "the shapes recorded")
+    flags.impl(p, "all")
+    flags.dtype(p, "the platform's dtypes in perf.yml")
     p.add_argument("--bench", default=None, help="asv --bench regex (e.g. TimeDecode)")
-    p.add_argument("--gpus", default=None, help="measure on several GPUs of this host: all, a count or a list "
-                                                "(each grid point on one GPU); default: the one visible")
+    flags.gpus(p)
     p.add_argument("--shard", default=None, help="I/N: record only this runner's share of the grid points "
                                                  "(a stable hash), for `mlagate results merge`")
     p.set_defaults(func=run)

@@ -4,15 +4,16 @@ import sys
 from pathlib import Path
 
 from mlagate import exits
+from mlagate.cli import flags
 from mlagate.report import site
 from mlagate.store.results import results_root
 
 
 def add_parser(sub):
     p = sub.add_parser("report", help="asv's pages and a static summary page for the stored results")
-    p.add_argument("--results", default=None, help="results directory (default .asv/results or $MLAGATE_RESULTS)")
+    flags.results(p)
     p.add_argument("--out", default="out/report", help="folder for index.html, its PNGs and asv/")
-    p.add_argument("--machine", default=None, help="asv machine name (default: the store's only machine)")
+    flags.machine(p, "reads")
     p.add_argument("--bench-json", default=None,
                    help="an `mlagate bench --out` file: the newest-run plots show its (full) grid")
     p.add_argument("--last", type=int, default=None, help="commits in the trend (default: gate.drift.lookback)")

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from mlagate import exits
+from mlagate.cli import flags
 
 
 def add_parser(sub):
@@ -21,7 +22,7 @@ def add_parser(sub):
     actions.add_parser("checkout", parents=[branch], help="a worktree of the results branch")
     actions.add_parser("push", parents=[branch], help="commit the new results in the worktree and push them")
     merge = actions.add_parser("merge", help="merge the shard stores of one commit's record into a store")
-    merge.add_argument("--machine", required=True, help="asv machine name (the same in every shard)")
+    flags.machine(merge, "records")
     merge.add_argument("--commit", required=True, help="the commit the shards recorded (a full hash or a revision)")
     merge.add_argument("--into", required=True, help="the results store to add the merged record to")
     merge.add_argument("shards", nargs="+", metavar="SHARD_STORE",

@@ -3,23 +3,21 @@ fastest config per shape; write it to the committed table (--write-table) or che
 Exit 0 done (or stopped at --max-minutes, to resume), 1 with --check: the committed table is beaten by more
 than the gate's latency threshold (or its config no longer runs), 2 any error, --check stopped unfinished too."""
 
-import os
 
 from mlagate import exits
+from mlagate.cli import flags
 
 
 def add_parser(sub):
     p = sub.add_parser("tune", help="measure a config family's search space on the GPU; write or check the table "
                                     "of tuned configs (kernels/tuned/<arch>.yaml)")
-    p.add_argument("--grid", default="quick", help="perf.yml grid whose shapes are tuned (default quick)")
+    flags.grid(p, flags.LOOK_GRID, "the shapes tuned")
     p.add_argument("--config-family", default=None,
                    help="config family of perf.yml's tune: (default: the platform's gated TileLang config)")
     p.add_argument("--out", default="out/tune",
                    help="folder for the candidates and tune.md; run again with the same --out to resume")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                   help="parallel lowering and compiling processes; also candidates measured per round and GPU")
-    p.add_argument("--gpus", default=None, help="measure on several GPUs of this host: all, a count or a list; "
-                                                "default: the one visible")
+    flags.jobs(p, "parallel lowering and compiling processes; also candidates measured per round and GPU")
+    flags.gpus(p)
     what = p.add_mutually_exclusive_group()
     what.add_argument("--write-table", action="store_true", help="write each shape's winner to the table")
     what.add_argument("--check", action="store_true",

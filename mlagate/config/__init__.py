@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout this mlagate is impor
 DEFAULT_PATH = ROOT / "perf.yml"
 PLATFORMS = ("rocm", "cuda")
 DTYPES = ("float16", "bfloat16")
+GRIDS = ("quick", "full")  # perf.yml grid: each section, the same names in every --grid
 # Query heads per GPU: DeepSeek's 128 under tensor parallelism 8, 4, 2 and 1.
 HEADS = (16, 32, 64, 128)
 Q_LENS = tuple(range(1, 9))  # query tokens per sequence (s_q): 1 plain decode, 2-4 MTP; the kernels take 1..8
@@ -189,9 +190,9 @@ def parse(data) -> Config:
         raise ConfigError(f"{unknown[0]}: unknown key (allowed: {', '.join(top_keys)})")
 
     workloads = config_workloads.parse(top, HEADS, Q_LENS)
-    g = top.section("grid", ("quick", "full"))
+    g = top.section("grid", GRIDS)
     sizes, measured = {}, {}
-    for name in ("quick", "full"):
+    for name in GRIDS:
         s = g.section(name, ("batch", "seqlen", "heads", "q_len", "workloads"))
         sizes[name] = (s.int_list("batch"), s.int_list("seqlen"), s.int_list("heads", choices=HEADS),
                        s.int_list("q_len", choices=Q_LENS))
@@ -220,8 +221,7 @@ def parse(data) -> Config:
         s = b.section(name, ("warmup_ms", "windows"))
         budgets[name] = Budget(s.get("warmup_ms", float, minimum=0), s.get("windows", int, minimum=1))
     timing = Timing(
-        cold_l2=t.get("cold_l2", bool),
-        cuda_graph=t.get("cuda_graph", bool),
+        cold_l2=t.get("cold_l2", bool), cuda_graph=t.get("cuda_graph", bool),
         warmup_ms=t.get("warmup_ms", float, minimum=0),
         window_ms=t.get("window_ms", float, minimum=0, exclusive_min=True),
         samples_per_window=t.get("samples_per_window", int, minimum=1),

@@ -20,16 +20,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlagate import gitops
 from mlagate.atomic import write_json
 from mlagate.case import Case
 from mlagate.config import Config
-from mlagate.gitops import GitError, git, resolve
+from mlagate.gitops import GitError, git, repository, resolve
 from mlagate.json_reader import load
 from mlagate.kernels import mla_decode
 from mlagate.ladder import rules as ladder
 from mlagate.measure.impls import TILELANG_PREFIX
 from mlagate.measure.summary import median
+from mlagate.names import unknown
 
 REF_ROOT = "refs/mlagate/ladder"
 CALIBRATION_VERSION = 3  # 1: a spin launched after the kernel; 2: every step timed in one alternation with base
@@ -75,10 +75,9 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
     names = [i.strip() for i in impls.split(",") if i.strip()] if isinstance(impls, str) else list(impls or ())
     # the vendor too by default: a gated case without its vendor ratio is an error in the gate
     names = list(dict.fromkeys(names or [cfg.platform(here).tilelang, cfg.platform(here).vendor]))
-    unknown = [i for i in names if i not in cfg.implementations]
-    if unknown:
-        raise ValueError(f"--impls: unknown implementation {unknown[0]!r}; perf.yml has "
-                         f"{', '.join(cfg.implementations)}")
+    strangers = [i for i in names if i not in cfg.implementations]
+    if strangers:
+        raise ValueError(f"--impl: {unknown('implementation', strangers[0], cfg.implementations)}")
     gated = [i for i in names if i.startswith(TILELANG_PREFIX) and i in cfg.gate.gated]
     configs = {i: mla_decode.CONFIGS[i.removeprefix(TILELANG_PREFIX)] for i in gated}
     files = tuple(sorted({ladder.SCHEDULES[c.schedule][0] for c in configs.values()}))
@@ -90,13 +89,13 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
     if other:  # the step's spin goes into the file of the config's own schedule, not the one that runs there
         raise ValueError(f"--grid {grid}: {other[0].label()} runs another schedule's kernel, which its spin misses")
     if not cases:
-        raise ValueError(f"--impls: no case of a gated TileLang config ({', '.join(cfg.gate.gated)}) among "
+        raise ValueError(f"--impl: no case of a gated TileLang config ({', '.join(cfg.gate.gated)}) among "
                          f"{', '.join(names)} in the {grid} grid on {here}")
     try:
         base = resolve(base_rev)
         sources = {path: git("show", f"{base}:{path}", strip=False) for path in files}
     except GitError as e:
-        raise ValueError(f"--base {base_rev!r}: not a commit in {gitops.REPO} with {', '.join(files)} ({e})") from None
+        raise ValueError(f"--base {base_rev!r}: not a commit in {repository()} with {', '.join(files)} ({e})") from None
     for path, source in sources.items():
         why = ladder.unpatchable(source, path)
         if why:  # a base older than the ladder's kernel: refused here, not at a step commit's import on the GPU
@@ -182,7 +181,7 @@ def _timed(cfg: Config, commits: dict, case: Case, device, rounds: int = CALIBRA
     from mlagate.measure.harness import Inputs
 
     inputs = Inputs(case, device)
-    launches = {name: interleaved.launch_at(gitops.REPO, commit, case, inputs) for name, commit in commits.items()}
+    launches = {name: interleaved.launch_at(repository(), commit, case, inputs) for name, commit in commits.items()}
     samples = interleaved.alternate(launches, cfg.timing, rounds, device=device)
     del launches, inputs
     _free_memory()

@@ -62,7 +62,7 @@ def publish_asv(results: Path, html_dir: Path, repo: Path) -> bool:
     pages work offline."""
     with tempfile.TemporaryDirectory(prefix="mlagate-report-") as tmp:
         conf = Path(tmp) / "asv.conf.json"
-        settings = recorder.asv_config(gitops.REPO, results.resolve(), html_dir.resolve())
+        settings = recorder.asv_config(gitops.repository(), results.resolve(), html_dir.resolve())
         conf.write_text(json.dumps({**settings, "repo": str(repo)}))
         # asv runs git in the checkout, which in a container may belong to another user.
         env = {**os.environ, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
@@ -207,7 +207,7 @@ def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, i
 def trend_section(cfg, out: Path, recent: list, machine: str, marks: dict, offline: bool) -> str:
     """The trend figure, then the trend table and a page per case (report.history)."""
     trend_png(out / "trend.png", cfg, recent, history.series_of(recent))
-    branches = ", ".join(json.loads((gitops.REPO / "asv.conf.json").read_text()).get("branches", []))
+    branches = ", ".join(json.loads((gitops.repository() / "asv.conf.json").read_text()).get("branches", []))
     figure = ('<figure><img src="trend.png" alt="median latency per commit for each case"><figcaption>Median '
               "latency (µs) per commit, ordered by commit date. asv's graphs show only the commits on "
               f"{escape(branches)}.</figcaption></figure>")
@@ -231,9 +231,10 @@ PAGE = """<!DOCTYPE html>
 
 
 def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_json=None, last: int = 10,
-          repo: Path = gitops.REPO) -> list:
-    """Write OUT/asv (asv publish; ``repo`` holds the recorded commits) and OUT/index.html with its PNGs;
-    returns the store's skipped files."""
+          repo: Path | None = None) -> list:
+    """Write OUT/asv (asv publish; ``repo``, default :func:`gitops.repository`, holds the recorded commits) and
+    OUT/index.html with its PNGs; returns the store's skipped files."""
+    repo = repo or gitops.repository()
 
     store = Store(results)
     machine = pick_machine(store, machine)

@@ -49,7 +49,7 @@ def gpu_available() -> bool:
 
 def asv_config(source: Path, results: Path, html: Path) -> dict:
     conf = json.loads((source / "asv.conf.json").read_text())
-    conf.update(repo=str(gitops.REPO), benchmark_dir=str(source / "benchmarks"), results_dir=str(results),
+    conf.update(repo=str(gitops.repository()), benchmark_dir=str(source / "benchmarks"), results_dir=str(results),
                 html_dir=str(html))
     return conf
 
@@ -91,7 +91,7 @@ def _trees() -> Path:
     """Where records work: a fixed place beside the repository (ignored by git), not in the
     store (asv walks every folder under a results directory) and not a per-container /tmp, so
     that the next record finds what a killed one left."""
-    path = gitops.REPO / ".asv" / "records"
+    path = gitops.repository() / ".asv" / "records"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -118,8 +118,8 @@ def _remove_tree(tree: Path):
 def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, deadline, gpus, shard, gpu_check,
              echo) -> Path:
     """asv and the sidecars, into the staging results directory ``tree/results``; returns it."""
-    source = gitops.REPO
-    if not _is_checked_out(commit, gitops.REPO):
+    source = gitops.repository()
+    if not _is_checked_out(commit, source):
         source = tree / "src"
         git("worktree", "add", "--detach", str(source), commit)
     staging = tree / "results"

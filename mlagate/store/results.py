@@ -16,6 +16,7 @@ from pathlib import Path
 from mlagate.case import case_label
 from mlagate.config import ROOT
 from mlagate.json_reader import JSONFileError, read_json
+from mlagate.names import unknown
 from mlagate.store.errors import GateError, StoreError
 from mlagate.store.files import store_lock, write_once
 from mlagate.store.results_file import parse_results_file
@@ -177,14 +178,25 @@ def refuse_recorded(root: Path, machine: str, commit: str):
                          "the store is append-only (record a new commit)")
 
 
-def pick_machine(store: Store, machine: str | None) -> str:
-    """The machine given, else the store's only one."""
+def pick_machine(store: Store, machine: str | None, new: bool = False, revs=("<commit>",)) -> str:
+    """The machine given, else the store's only one. A machine the store lacks is refused naming those it has
+    (``new``: it may be one a record is about to start); with none at all, the error gives the record command
+    for each of ``revs``."""
     machines = store.machines()
+    # a folder without its machine.json is let through: loading it names the missing file
+    new = new or bool(machine and (store.root / machine).is_dir())
+    if not machines and not (machine and new):
+        record = "; ".join(f"mlagate record --rev {rev} --machine {machine or '<name>'} --results {store.root}"
+                           for rev in revs)
+        raise GateError(f"{store.root}: no results recorded yet, on any machine. Record first: {record}")
+    if machine and machine not in machines and not new:
+        raise GateError(f"{store.root}: --machine {unknown('machine', machine, machines).removeprefix('machine ')}")
     if machine:
         return machine
     if len(machines) == 1:
         return machines[0]
-    raise GateError(f"{store.root}: {len(machines)} machines ({', '.join(machines) or 'none'}); pass --machine")
+    raise GateError(f"{store.root}: {len(machines)} machines recorded ({', '.join(machines)}); pass --machine with "
+                    f"one of them, e.g. --machine {machines[0]}")
 
 
 def results_root(given=None) -> Path:
