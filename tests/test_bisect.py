@@ -238,3 +238,13 @@ def test_pick_takes_the_middle_then_its_nearest_untried_neighbours():
     assert _pick(0, 8, set()) == 4 and _pick(0, 8, {4}) == 5 and _pick(0, 8, {4, 5}) == 3
     assert _pick(0, 8, {3, 4, 5}) == 6 and _pick(0, 8, {1, 2, 3, 4, 5, 6, 7}) is None
     assert _pick(2, 3, set()) is None and _pick(2, 4, set()) == 3
+
+
+def test_a_culprit_half_a_threshold_short_of_bad_is_not_one():
+    """The both-ends rule at its boundary, in numbers binary floating point holds exactly: the culprit's change
+    must be strictly within half a threshold of bad's (1.0 - 0.875 = 0.125 = 0.25 / 2 is not)."""
+    names = [f"e{i}{'0' * 12}" for i in range(3)]
+    at = search(names, dict(zip(names, [0.0, 0.875, 1.0])).get, 0.25)
+    assert (at.finding, at.culprit, at.step_change) == ("gradual", names[1], 0.875)
+    inside = search(names, dict(zip(names, [0.0, 0.9375, 1.0])).get, 0.25)
+    assert inside.finding == "culprit" and inside.culprit == names[1]
