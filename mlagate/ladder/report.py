@@ -91,5 +91,5 @@ def plot_png(path, doc: dict) -> None:
                  f"{doc['base'][:10]}")
     ax.grid(True, alpha=0.3)
     fig.legend(loc="outside right upper", fontsize=7)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, format="png")
     plt.close(fig)

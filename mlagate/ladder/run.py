@@ -12,6 +12,7 @@ a JSON file in its repetition's folder: a killed ladder started again resumes. T
 them); `git for-each-ref --format='delete %(refname)' refs/mlagate/ladder/ | git update-ref --stdin` drops them.
 """
 
+import io
 import os
 import platform as _platform
 import shutil
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlagate.atomic import write_json
+from mlagate.atomic import write_json, write_replace
 from mlagate.case import Case
 from mlagate.config import Config
 from mlagate.gitops import GitError, git, repository, resolve
@@ -288,9 +289,12 @@ def write_outputs(doc: dict, out: Path) -> dict:
     from mlagate.ladder import report
 
     files = {"json": out / "ladder.json", "markdown": out / "ladder.md", "plot": out / "ladder.png"}
+    png = io.BytesIO()
+    report.plot_png(png, doc)  # drawn first: a plotting error leaves every file as it was
     write_json(files["json"], doc)
-    files["markdown"].write_text(report.markdown(doc))
-    report.plot_png(files["plot"], doc)
+    # each file replaced whole; the three beside the run's resumable state, so not swapped in as one folder
+    write_replace(files["markdown"], report.markdown(doc).encode())
+    write_replace(files["plot"], png.getvalue())
     return files
 
 

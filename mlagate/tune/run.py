@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from mlagate.atomic import write_json
+from mlagate.atomic import write_json, write_replace
 from mlagate.case import CaseResult, RunStatus
 from mlagate.config import Config
 from mlagate.json_reader import JSONFileError, load
@@ -143,7 +143,7 @@ def run_tune(cfg: Config, p: Plan, echo=print) -> Summary:
         return Summary(Outcome.INCOMPLETE, left)
     shapes = tuple(_decide(cfg, sp, done) for sp in p.shapes)
     report_path = p.folder / "tune.md"
-    report_path.write_text(report.markdown(shapes, p.identity, p.command, cfg.gate.threshold))
+    write_replace(report_path, report.markdown(shapes, p.identity, p.command, cfg.gate.threshold).encode())
     table = _write_table(p, shapes) if p.mode == Mode.WRITE else None
     drifted = p.mode == Mode.CHECK and any(s.drift for s in shapes)
     return Summary(Outcome.DRIFT if drifted else Outcome.DONE, 0, report_path, table, shapes)
