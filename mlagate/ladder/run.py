@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlagate import progress
 from mlagate.atomic import write_json
 from mlagate.case import Case
 from mlagate.config import Config
@@ -125,8 +126,9 @@ def run_ladder(cfg: Config, p: Plan, echo=print) -> dict:
     else:
         echo(f"reusing the calibration in {p.out / 'calibration.json'} (ladder {calibration['run_id']})")
     commits = step_commits(p, calibration["run_id"], calibration["cases_calibrated"])
-    results = [run_step(cfg, p, calibration, rep, step, commits[step], echo)
-               for rep in range(1, p.reps + 1) for step in p.steps]
+    with progress.bar("ladder steps", total=p.reps * len(p.steps)) as steps:  # each advances it, done or run
+        results = [run_step(cfg, p, calibration, rep, step, commits[step], echo, steps.advance)
+                   for rep in range(1, p.reps + 1) for step in p.steps]
     table = ladder.rows(results)
     return {**p.identity(), "reps": p.reps, "run_id": calibration["run_id"],
             "commits": {ladder.step_name(s): c for s, c in commits.items()},
@@ -253,13 +255,13 @@ def _is_on_base(commit: str, base: str, texts: dict) -> bool:
                                      for path, text in texts.items())
 
 
-# -- the repetitions -----------------------------------------------------------------------
-
-def run_step(cfg: Config, p: Plan, calibration: dict, rep: int, step: float, commit: str, echo) -> dict:
+def run_step(cfg: Config, p: Plan, calibration: dict, rep: int, step: float, commit: str, echo,
+             advance=lambda _: None) -> dict:
     """One step of one repetition: its JSON if done, else record what its store lacks and gate."""
     from mlagate.gate import run_gate
 
     name, folder = ladder.step_name(step), p.out / f"rep{rep}"
+    advance(f"rep {rep}, step {name}%")
     done, results = folder / f"step{name}.json", folder / "results"
     if done.exists():
         return load(done, "a ladder step")
@@ -280,8 +282,6 @@ def _record_once(rev: str, results: Path, p: Plan, echo):
     if Store(results).load(p.machine, rev) is None:
         recorder.record(rev, results=results, machine=p.machine, grid=p.grid, impls=list(p.impls), echo=echo)
 
-
-# -- files ----------------------------------------------------------------------------
 
 def write_outputs(doc: dict, out: Path) -> dict:
     """ladder.json (everything), ladder.md (the table) and ladder.png (measured against injected)."""
