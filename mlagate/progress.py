@@ -46,6 +46,17 @@ def bar(label: str, total: int | None = None, console=None):
         yield Bar(progress, progress.add_task(label, total=total))
 
 
+class _LazyFile(logging.FileHandler):
+    """Opened (its folder made) at the first record: a command that refuses its input writes nothing."""
+
+    def __init__(self, path: Path):
+        super().__init__(path, mode="a", encoding="utf-8", delay=True)
+
+    def _open(self):
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
 def _capture(path: Path, load: bool = True) -> tuple:
     """Point the "tilelang" logger (importing tilelang first where ``load``: its import adds the terminal
     handler this replaces) at path alone; what to hand back to _release."""
@@ -55,7 +66,7 @@ def _capture(path: Path, load: bool = True) -> tuple:
     except ImportError:
         pass
     logger = logging.getLogger("tilelang")
-    handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+    handler = _LazyFile(path)
     handler.setFormatter(logging.Formatter(FORMAT))
     saved = (logger.handlers[:], logger.propagate, logger.level)
     logger.handlers[:] = [handler]
@@ -76,7 +87,6 @@ def tilelang_log(folder, children: bool = True, name: str = LOG_NAME):
     the processes spawned meanwhile with ``child_init`` (not asv's, whose output ``mlagate record`` streams).
     Yields the log's path."""
     path = Path(folder) / name
-    path.parent.mkdir(parents=True, exist_ok=True)
     captured = _capture(path, load=children)  # record's process compiles nothing: no tilelang import for it
     before = os.environ.get(LOG_ENV)
     if children:

@@ -50,3 +50,9 @@ def test_spawned_processes_learn_the_log_and_the_handlers_come_back(tmp_path, mo
     with progress.tilelang_log(tmp_path) as path:
         assert __import__("os").environ[progress.LOG_ENV] == str(path)
     assert progress.LOG_ENV not in __import__("os").environ and logger.handlers == before
+
+
+def test_no_record_no_file(tmp_path):
+    with progress.tilelang_log(tmp_path / "out", children=False):
+        pass  # a command that refuses its input before compiling anything
+    assert not (tmp_path / "out").exists()
