@@ -12,7 +12,7 @@ MAX_LINES = 300
 LAYERS = (
     {"mlagate.case", "mlagate.hardware", "mlagate.exits", "mlagate.config", "mlagate.config.reader",
      "mlagate.config.tune", "mlagate.config.workloads", "mlagate.atomic", "mlagate.json_reader", "mlagate.gitops",
-     "mlagate.names", "mlagate.kernels"},
+     "mlagate.names", "mlagate.kernels", "mlagate.progress"},
     {"mlagate.measure"},
     {"mlagate.store"},
     {"mlagate.decide"},

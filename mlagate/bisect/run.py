@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from mlagate import gitops
+from mlagate import gitops, progress
 from mlagate.atomic import output_set
 from mlagate.bisect import rules as bisect
 from mlagate.case import Case
@@ -102,11 +102,13 @@ def run_bisect(cfg: Config, *, bad_rev: str, results: Path, machine: str, good_r
     commits = first_parent_commits(good, bad)
     echo(f"bisecting {len(commits) - 1} commit(s) after {good[:10]} on {len(cases)} case(s): "
          + ", ".join(c.label() for c in cases))
-    change_of = _measurer(cfg, store, machine, good, cases, grid, echo)
-    return bisect.search(commits, change_of, cfg.gate.threshold), cases
+    # a binary search measures about log2(commits) of them; the bar's total is that estimate
+    with progress.bar("bisect: commits measured", total=max(1, (len(commits) - 1).bit_length())) as measured:
+        change_of = _measurer(cfg, store, machine, good, cases, grid, echo, measured.advance)
+        return bisect.search(commits, change_of, cfg.gate.threshold), cases
 
 
-def _measurer(cfg, store, machine, good, cases, grid, echo):
+def _measurer(cfg, store, machine, good, cases, grid, echo, advance=lambda _: None):
     from mlagate.measure import interleaved
     from mlagate.measure.environment import platform
     from mlagate.measure.harness import WrongResult
@@ -118,6 +120,7 @@ def _measurer(cfg, store, machine, good, cases, grid, echo):
     cases = [cfg.case(c.key, platform()) for c in cases]  # a workload's with its pages and lengths
 
     def change_of(commit: str):
+        advance(f"measuring {commit[:10]}")
         try:
             if store.load(machine, commit) is None:
                 record(commit, results=store.root, machine=machine, grid=grid, dtypes=dtypes, impls=impls,

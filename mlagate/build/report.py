@@ -13,7 +13,7 @@ import time
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import asdict
 
-from mlagate import hardware
+from mlagate import hardware, progress
 from mlagate.build import analyse, lower, toolchain
 from mlagate.build.plan import BuildError, Job, parse_target, plan_jobs
 from mlagate.decide.build_rules import row_occupancy
@@ -117,11 +117,14 @@ def build_reports(targets, configs: dict, shapes, *, jobs: int = 1, codegen_only
     rows = {t: [] for t in targets}
     compiles, pending = {}, []
     pool = (_Inline() if jobs <= 1 else
-            ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")))
-    with pool, ThreadPoolExecutor(max_workers=max(jobs, 1)) as compiler_pool:
+            ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                initializer=progress.child_init))
+    with pool, ThreadPoolExecutor(max_workers=max(jobs, 1)) as compiler_pool, \
+            progress.bar("lowering", total=len(work)) as lowering:
         futures = {pool.submit(lower.lower_job, job): job for job in work}
         for fut in as_completed(futures):
             job = futures[fut]
+            lowering.advance(f"lowered {job.target} {job.config.name} b={job.shape.batch} s={job.shape.seqlen}")
             try:
                 lowered = fut.result()
             except Exception as e:  # noqa: BLE001 - a crashed worker fails its kernels, not the report

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from mlagate import config as config_mod
-from mlagate import exits
+from mlagate import exits, progress
 from mlagate.cli import flags
 from mlagate.names import unknown
 
@@ -20,7 +20,6 @@ def add_parser(sub):
 
 def run(args, cfg) -> int:
     import torch
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mlagate.case import RunStatus
     from mlagate.decide import schedule
@@ -39,15 +38,14 @@ def run(args, cfg) -> int:
     cases = cfg.cases(args.grid, impls, platform, args.dtype)
     gpus = grid.parse_gpus(args.gpus)
     env_start = environment.environment()
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=_console(), transient=False)
-    with precompile.ahead(cases, precompile.default_jobs(len(gpus or [0]))) as compiled, progress:
-        task = progress.add_task("benchmark", total=len(cases))
+    # TileLang's log beside --out (out/bench without it)
+    with progress.tilelang_log(Path(args.out).parent if args.out else Path("out/bench")), \
+            precompile.ahead(cases, precompile.default_jobs(len(gpus or [0]))) as compiled, \
+            progress.bar("benchmark", total=len(cases)) as cases_done:
 
         def on_result(result):
             case = result.case
-            progress.update(task, advance=1, description=f"{case.impl} b={case.batch} s={case.seqlen}: "
-                                                          f"{result.status}")
+            cases_done.advance(f"{case.impl} b={case.batch} s={case.seqlen}: {result.status}")
 
         results = grid.run_cases(cases, cfg.timing, budgets=[cfg.budget_for(c.impl, platform) for c in cases],
                                  gpus=gpus, on_result=on_result, compiled=compiled)

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from mlagate import exits
+from mlagate import exits, progress
 from mlagate.cli import flags
 
 
@@ -25,8 +25,10 @@ def run(args, cfg) -> int:
     from mlagate.store.results import results_root
 
     check_output_folder(args.out)  # before anything is recorded: --out is replaced whole at the end
-    result, cases = bisect.run_bisect(cfg, bad_rev=args.bad, good_rev=args.good, results=results_root(args.results),
-                                      machine=args.machine, grid=args.grid)
+    out = Path(args.out)  # replaced whole at the end: TileLang's log goes beside it, <out>-tilelang.log
+    with progress.tilelang_log(out.parent, name=f"{out.name}-{progress.LOG_NAME}"):
+        result, cases = bisect.run_bisect(cfg, bad_rev=args.bad, good_rev=args.good,
+                                          results=results_root(args.results), machine=args.machine, grid=args.grid)
     files = bisect.write_outputs(result, cases, Path(args.out), args.machine)
     print(files["markdown"].read_text())
     print(f"wrote {', '.join(str(p) for p in files.values())}")

@@ -4,7 +4,7 @@ import json
 import sys
 from pathlib import Path
 
-from mlagate import exits
+from mlagate import exits, progress
 from mlagate.build import plan, report
 from mlagate.build.plan import BuildError
 from mlagate.cli import flags
@@ -55,9 +55,10 @@ def run(args, cfg) -> int:
         from mlagate.gitops import resolve
 
         commit = resolve("HEAD")
-    reports = report.build_reports(targets, configs, shapes, jobs=args.jobs, codegen_only=args.codegen_only,
-                                   smem_limits=cfg.gate.shared_memory_limit, commit=commit)
     out = Path(args.out)
+    with progress.tilelang_log(out):
+        reports = report.build_reports(targets, configs, shapes, jobs=args.jobs, codegen_only=args.codegen_only,
+                                       smem_limits=cfg.gate.shared_memory_limit, commit=commit)
     out.mkdir(parents=True, exist_ok=True)
     failed = False
     for target, rep in reports.items():

@@ -3,7 +3,7 @@ inside its TileLang kernel (calibrated on the GPU); each is recorded and gated a
 table says what the gate measured against what was injected. Exit 0 once the table is written: it reports, it
 does not judge."""
 
-from mlagate import exits
+from mlagate import exits, progress
 from mlagate.cli import flags
 from mlagate.ladder.rules import DEFAULT_STEPS, step_name
 
@@ -29,7 +29,8 @@ def run(args, cfg) -> int:
 
     plan = ladder.plan(cfg, base_rev=args.base, steps=args.steps, reps=args.reps, grid=args.grid,
                        impls=args.impl, machine=args.machine, out=args.out)
-    files = ladder.write_outputs(ladder.run_ladder(cfg, plan), plan.out)
+    with progress.tilelang_log(plan.out):
+        files = ladder.write_outputs(ladder.run_ladder(cfg, plan), plan.out)
     print(files["markdown"].read_text())
     print(f"wrote {', '.join(str(p) for p in files.values())}")
     return exits.OK

@@ -1,6 +1,6 @@
 """`mlagate record`: run asv on a commit and append its results to the store."""
 
-from mlagate import exits
+from mlagate import exits, progress
 from mlagate.cli import flags
 
 
@@ -26,8 +26,10 @@ def run(args, cfg) -> int:
 
     # several GPUs: compare them first (a GPU check refuses without one, before anything is measured)
     gpu_check = check_gpus(cfg, args.gpus) if args.gpus and gpu_available() else None
-    path = record(args.rev, results=results_root(args.results), machine=args.machine,
-                  grid=args.grid, dtypes=args.dtype, impls=args.impl, bench_regex=args.bench,
-                  time_budget_s=cfg.timing.record_s, gpus=args.gpus, shard=args.shard, gpu_check=gpu_check)
+    # this process's TileLang log in .asv/ (beside the store); asv's own output is streamed as it is
+    with progress.tilelang_log(results_root(args.results).parent, children=False):
+        path = record(args.rev, results=results_root(args.results), machine=args.machine,
+                      grid=args.grid, dtypes=args.dtype, impls=args.impl, bench_regex=args.bench,
+                      time_budget_s=cfg.timing.record_s, gpus=args.gpus, shard=args.shard, gpu_check=gpu_check)
     print(f"recorded {args.rev} -> {path}")
     return exits.OK

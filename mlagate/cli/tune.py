@@ -4,7 +4,7 @@ Exit 0 done (or stopped at --max-minutes, to resume), 1 with --check: the commit
 than the gate's latency threshold (or its config no longer runs), 2 any error, --check stopped unfinished too."""
 
 
-from mlagate import exits
+from mlagate import exits, progress
 from mlagate.cli import flags
 
 
@@ -35,7 +35,8 @@ def run(args, cfg) -> int:
     mode = tune.Mode.WRITE if args.write_table else tune.Mode.CHECK if args.check else tune.Mode.REPORT
     plan = tune.plan(cfg, grid_name=args.grid, family=args.config_family, out=args.out, jobs=args.jobs,
                      gpus=args.gpus, mode=mode, table=args.table, max_minutes=args.max_minutes)
-    summary = tune.run_tune(cfg, plan)
+    with progress.tilelang_log(args.out):
+        summary = tune.run_tune(cfg, plan)
     if summary.outcome == tune.Outcome.INCOMPLETE:
         message = (f"stopped after --max-minutes {args.max_minutes:g} with {summary.left} candidate(s) left; "
                    f"resume: run the same command again (progress is kept in {plan.folder})")

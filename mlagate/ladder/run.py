@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlagate import progress
 from mlagate.atomic import write_json, write_replace
 from mlagate.case import Case
 from mlagate.config import Config
@@ -126,8 +127,9 @@ def run_ladder(cfg: Config, p: Plan, echo=print) -> dict:
     else:
         echo(f"reusing the calibration in {p.out / 'calibration.json'} (ladder {calibration['run_id']})")
     commits = step_commits(p, calibration["run_id"], calibration["cases_calibrated"])
-    results = [run_step(cfg, p, calibration, rep, step, commits[step], echo)
-               for rep in range(1, p.reps + 1) for step in p.steps]
+    with progress.bar("ladder steps", total=p.reps * len(p.steps)) as steps:  # each advances it, done or run
+        results = [run_step(cfg, p, calibration, rep, step, commits[step], echo, steps.advance)
+                   for rep in range(1, p.reps + 1) for step in p.steps]
     table = ladder.rows(results)
     return {**p.identity(), "reps": p.reps, "run_id": calibration["run_id"],
             "commits": {ladder.step_name(s): c for s, c in commits.items()},
@@ -135,8 +137,6 @@ def run_ladder(cfg: Config, p: Plan, echo=print) -> dict:
             "tolerance_pp": ladder.TOLERANCE_PP, "calibration": calibration, "steps_run": results,
             "table": table, "summary": ladder.summary(table, p.steps), "untouched": ladder.untouched(results)}
 
-
-# -- calibration (on the GPU) ------------------------------------------------------------------
 
 def calibrate(cfg: Config, p: Plan, echo) -> dict:
     """Per case: the base kernel's median, the slope of its probe commit's spin, each step's cycles, and
@@ -200,8 +200,6 @@ def _free_memory():
         torch.cuda.empty_cache()
 
 
-# -- the throw-away commits ---------------------------------------------------------------
-
 def patched_files(p: Plan, step, cycles: dict, run_id: str) -> dict:
     """{path: text}: each of the plan's kernel files as base has it, with the step's block appended."""
     return {path: ladder.patched(git("show", f"{p.base}:{path}", strip=False), step, cycles, run_id, path)
@@ -254,13 +252,13 @@ def _is_on_base(commit: str, base: str, texts: dict) -> bool:
                                      for path, text in texts.items())
 
 
-# -- the repetitions -----------------------------------------------------------------------
-
-def run_step(cfg: Config, p: Plan, calibration: dict, rep: int, step: float, commit: str, echo) -> dict:
+def run_step(cfg: Config, p: Plan, calibration: dict, rep: int, step: float, commit: str, echo,
+             advance=lambda _: None) -> dict:
     """One step of one repetition: its JSON if done, else record what its store lacks and gate."""
     from mlagate.gate import run_gate
 
     name, folder = ladder.step_name(step), p.out / f"rep{rep}"
+    advance(f"rep {rep}, step {name}%")
     done, results = folder / f"step{name}.json", folder / "results"
     if done.exists():
         return load(done, "a ladder step")
@@ -282,17 +280,14 @@ def _record_once(rev: str, results: Path, p: Plan, echo):
         recorder.record(rev, results=results, machine=p.machine, grid=p.grid, impls=list(p.impls), echo=echo)
 
 
-# -- files ----------------------------------------------------------------------------
-
 def write_outputs(doc: dict, out: Path) -> dict:
-    """ladder.json (everything), ladder.md (the table) and ladder.png (measured against injected)."""
+    """ladder.json (everything), ladder.md (the table) and ladder.png (measured against injected), each replaced
+    whole (beside the run's resumable state, so not swapped in as one folder); the plot drawn first."""
     from mlagate.ladder import report
 
-    files = {"json": out / "ladder.json", "markdown": out / "ladder.md", "plot": out / "ladder.png"}
-    png = io.BytesIO()
-    report.plot_png(png, doc)  # drawn first: a plotting error leaves every file as it was
+    files, png = {"json": out / "ladder.json", "markdown": out / "ladder.md", "plot": out / "ladder.png"}, io.BytesIO()
+    report.plot_png(png, doc)
     write_json(files["json"], doc)
-    # each file replaced whole; the three beside the run's resumable state, so not swapped in as one folder
     write_replace(files["markdown"], report.markdown(doc).encode())
     write_replace(files["plot"], png.getvalue())
     return files

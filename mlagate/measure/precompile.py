@@ -15,6 +15,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
+from mlagate import progress
+
 
 class ProcessDied(Exception):
     """The process running one item died (a segfault, the OOM killer, os._exit) before it returned."""
@@ -55,7 +57,7 @@ def in_processes(fn, items: list, jobs: int, stop=None):
     # spawn: a forked child cannot use the CUDA context a parent that imported tilelang may hold
     context = multiprocessing.get_context("spawn")
     # lower priority: the measuring worker, timing beside these, must keep the GPU's queue ahead of it
-    lower = {"initializer": os.nice, "initargs": (NICE,)} if hasattr(os, "nice") else {}
+    lower = {"initializer": _child_init}
     waiting, running, idle, pools = list(items)[::-1], {}, [], []
     try:
         while True:
@@ -151,6 +153,13 @@ def precompile_cases(cases, jobs: int, echo=print, stop=None, ready: str | None 
 
 
 NICE = 10  # added to the compiling processes' niceness
+
+
+def _child_init() -> None:
+    """A compiling process: niced, and TileLang's log to the command's log file (mlagate.progress)."""
+    if hasattr(os, "nice"):
+        os.nice(NICE)
+    progress.child_init()
 DONE = "compiling-stopped"  # ahead's last file in its folder: every kernel compiled or failed, or the timing over
 WAIT_LIMIT_S = 600.0  # a compile that hangs past this is the launch's to redo, as without ahead
 POLL_S = 0.02

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from mlagate import progress
 from mlagate.atomic import write_json, write_replace
 from mlagate.case import CaseResult, RunStatus
 from mlagate.config import Config
@@ -162,8 +163,6 @@ def _past(deadline) -> bool:
     return deadline is not None and time.monotonic() > deadline
 
 
-# -- files ------------------------------------------------------------------------------------------
-
 def _read(p: Plan) -> dict:
     """{(shape folder, impl): candidate file} of what earlier runs finished."""
     done = {}
@@ -183,8 +182,6 @@ def _save(p: Plan, done: dict, sp: decide.ShapePlan, impl: str, stage: str, smem
     done[sp.folder, impl] = record
 
 
-# -- the CPU pre-filter -----------------------------------------------------------------------------
-
 def _prefilter(cfg: Config, p: Plan, done: dict, deadline, echo) -> None:
     """Lower each candidate not lowered yet: over the shared-memory limit it is skipped, never launched."""
     from mlagate.build import lower, report
@@ -196,26 +193,26 @@ def _prefilter(cfg: Config, p: Plan, done: dict, deadline, echo) -> None:
             for sp in p.shapes for impl, config in sp.candidates.items() if (sp.folder, impl) not in done}
     if work:
         echo(f"lowering {len(work)} candidate(s) for {p.arch} on the CPU ({p.jobs} process(es))")
-    for job, lowered in in_processes(lower.lower_job, list(work), p.jobs, lambda: _past(deadline)):
-        sp, impl = work[job]
-        if isinstance(lowered, Exception):  # the worker crashed: its candidate failed, not the tune
-            lowered = {"error": f"lowering crashed: {type(lowered).__name__}: {lowered}"}
-        rows = report.kernel_rows(job, lowered, None, limit)
-        errors = [r["error"] for r in rows if r.get("error")]
-        case = sp.case(impl)
-        if errors:
-            _save(p, done, sp, impl, "done", result=CaseResult(case, RunStatus.FAILED, errors[0]))
-            continue
-        smem = max((r["smem"] for r in rows), default=0)
-        if smem > limit:
-            reason = (f"not launched: {smem} B of shared memory, over the {p.arch} limit of {limit} B "
-                      "(gate.build.shared_memory_limit)")
-            _save(p, done, sp, impl, "done", smem, CaseResult(case, RunStatus.SKIPPED, reason))
-        else:
-            _save(p, done, sp, impl, "lowered", smem)
+    with progress.bar("lowering candidates", total=len(work)) as lowering:
+        for job, lowered in in_processes(lower.lower_job, list(work), p.jobs, lambda: _past(deadline)):
+            sp, impl = work[job]
+            lowering.advance(f"lowered {sp.folder} {impl}")
+            if isinstance(lowered, Exception):  # the worker crashed: its candidate failed, not the tune
+                lowered = {"error": f"lowering crashed: {type(lowered).__name__}: {lowered}"}
+            rows = report.kernel_rows(job, lowered, None, limit)
+            errors = [r["error"] for r in rows if r.get("error")]
+            case = sp.case(impl)
+            if errors:
+                _save(p, done, sp, impl, "done", result=CaseResult(case, RunStatus.FAILED, errors[0]))
+                continue
+            smem = max((r["smem"] for r in rows), default=0)
+            if smem > limit:
+                reason = (f"not launched: {smem} B of shared memory, over the {p.arch} limit of {limit} B "
+                          "(gate.build.shared_memory_limit)")
+                _save(p, done, sp, impl, "done", smem, CaseResult(case, RunStatus.SKIPPED, reason))
+            else:
+                _save(p, done, sp, impl, "lowered", smem)
 
-
-# -- measuring --------------------------------------------------------------------------------------
 
 def _measure_lowered(cfg: Config, p: Plan, lowered: list, done: dict, deadline, echo) -> None:
     """Measure each GPU's queue in rounds of --jobs candidates (one parallel compile each), a thread per GPU;
@@ -228,6 +225,7 @@ def _measure_lowered(cfg: Config, p: Plan, lowered: list, done: dict, deadline, 
         sp, impl = by_key[result.case.key]
         (measured,) = grid.add_metrics([result], peaks=peaks)
         _save(p, done, sp, impl, "done", done[sp.folder, impl]["smem"], measured)
+        measuring.advance(f"measured {sp.folder} {impl}: {result.status}")
 
     queues, on = {}, {gpu: f" on GPU {gpu}" for gpu in p.gpus or ()}
     for sp, impl in lowered:
@@ -241,13 +239,14 @@ def _measure_lowered(cfg: Config, p: Plan, lowered: list, done: dict, deadline, 
             echo(f"measuring candidates {start + 1}-{start + len(cases)} of {len(queue)}{on.get(gpu, '')}")
             measure(cfg, p, cases, save, echo, gpu)
 
-    if len(queues) <= 1:  # one GPU: in this thread, so that Ctrl-C stops it at once
-        for gpu, queue in queues.items():
-            run(gpu, queue)
-        return
-    with ThreadPoolExecutor(len(queues)) as threads:
-        for running in [threads.submit(run, gpu, queue) for gpu, queue in queues.items()]:
-            running.result()  # a GPU's error (or a kill) is raised here, once the other GPUs are done
+    with progress.bar("measuring candidates", total=len(lowered)) as measuring:
+        if len(queues) <= 1:  # one GPU: in this thread, so that Ctrl-C stops it at once
+            for gpu, queue in queues.items():
+                run(gpu, queue)
+            return
+        with ThreadPoolExecutor(len(queues)) as threads:
+            for running in [threads.submit(run, gpu, queue) for gpu, queue in queues.items()]:
+                running.result()  # a GPU's error (or a kill) is raised here, once the other GPUs are done
 
 
 def measure(cfg: Config, p: Plan, cases: list, on_result, echo, gpu: int | None = None) -> None:
@@ -268,8 +267,6 @@ def measure(cfg: Config, p: Plan, cases: list, on_result, echo, gpu: int | None 
     precompile.precompile([k for c in cases if (k := impls.case_kernel(c, arch)) is not None], p.jobs, echo)
     grid.run_cases(cases, cfg.timing, gpus=None if gpu is None else [gpu], on_result=on_result)
 
-
-# -- deciding and the table -------------------------------------------------------------------------
 
 def _decide(cfg: Config, sp: decide.ShapePlan, done: dict) -> decide.ShapeTune:
     from mlagate.kernels import tuned
