@@ -364,12 +364,15 @@ class CompiledPagedDecode(dense.CompiledProgram):
     def __init__(self, shape: PagedShape, config: TileConfig, arch: str, sm_count: int):
         super().__init__(plan(shape, config, arch, sm_count), program, arch)
 
-    def batch(self, lengths, device) -> tuple:
-        """A balanced plan's schedule of a batch of ``lengths`` as the kernel reads it (Parts, Pieces, Seq_pieces,
-        int32) with its workspace (glse, O_partial, float32): computed on the host once per batch."""
+    def schedule(self, lengths) -> Schedule:
+        """A balanced plan's schedule of a batch of ``lengths``: computed on the host once per batch."""
+        return balanced_schedule(lengths, self.plan.config.block_N, self.plan.parts)
+
+    def batch(self, sched: Schedule, device) -> tuple:
+        """``sched`` as the kernel reads it (Parts, Pieces, Seq_pieces, int32) with its workspace (glse,
+        O_partial, float32)."""
         import torch
 
-        sched = balanced_schedule(lengths, self.plan.config.block_N, self.plan.parts)
         rows, dim = self.plan.shape.rows, self.plan.shape.dim
         i32 = dict(dtype=torch.int32, device=device)
         return (torch.tensor(sched.parts, **i32), torch.tensor(sched.pieces, **i32),
@@ -379,12 +382,12 @@ class CompiledPagedDecode(dense.CompiledProgram):
 
     def __call__(self, q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse, batch=None):
         """Launch on checked inputs; writes ``out`` and ``lse`` in place (3-D or 4-D q, as the dense kernel). A
-        balanced plan takes its ``batch`` (CompiledPagedDecode.batch of these lengths), else reads the lengths
-        and builds it (a host sync)."""
+        balanced plan takes its ``batch`` (CompiledPagedDecode.batch of these lengths' schedule), else reads the
+        lengths and builds it (a host sync)."""
         rows = dense.as_rows
         inputs = (rows(q, 3), rows(q_pe, 3), kv_cache, k_pe_cache, block_table, cache_seqlens)
         if self.plan.parts:
-            inputs += batch or self.batch(cache_seqlens.tolist(), q.device)
+            inputs += batch or self.batch(self.schedule(cache_seqlens.tolist()), q.device)
         return self.launch(inputs, rows(out, 3), rows(lse, 2))
 
 
@@ -393,8 +396,8 @@ class BatchLaunch:
 
     def __init__(self, kernel: CompiledPagedDecode, lengths, device):
         self.kernel, self.plan = kernel, kernel.plan
-        self.schedule = balanced_schedule(lengths, kernel.plan.config.block_N, kernel.plan.parts)
-        self._batch = kernel.batch(lengths, device)
+        self.schedule = kernel.schedule(lengths)
+        self._batch = kernel.batch(self.schedule, device)
 
     def __call__(self, *args):
         return self.kernel(*args, batch=self._batch)
