@@ -224,7 +224,7 @@ def add_metrics(results, *, peaks=None, vendor: str | None = None) -> list:
 
 
 CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "heads", "q_len", "workload", "status", "median_ms", "iqr_ms", "n",
-              "tflops", "gbps", "roofline", "vendor_ratio", "gpu", "reason")
+              "tflops", "gbps", "roofline", "vendor_ratio", "gpu", "reason", "kernels")
 
 
 def write_outputs(path, results, environment: dict):
@@ -235,7 +235,7 @@ def write_outputs(path, results, environment: dict):
     with open(os.path.splitext(path)[0] + ".csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({**row, "kernels": " + ".join(row.get("kernels", ()))} for row in rows)
 
 
 def read_outputs(path) -> tuple:
