@@ -171,6 +171,7 @@ WARP_SIZE = {"gfx942": 64}
 # A register-resident score tile gives each warp 16 rows of the head block (one MFMA/MMA row tile):
 # more warps than block_H / 16 leave a warp without rows, which TileLang cannot lay out.
 ROWS_PER_WARP = 16
+WGMMA_ROWS, WARPGROUP = 64, 128  # Hopper: a wgmma tile's rows, and the threads of the warpgroup issuing it
 ARCH_CONFIG = {"gfx942": "cdna3", "sm_90": "hopper", "sm_90a": "hopper"}
 
 
@@ -224,10 +225,19 @@ def threads_for(config: TileConfig, block_H: int, arch: str) -> int:
 
 
 def kernel_config(shape: Shape, config: TileConfig) -> TileConfig:
-    """The config whose kernel ``shape`` runs under ``config``: a seesaw cache of one tile or less runs HOPPER.
-    A cache shorter than a tile cannot be a TMA box, and at one tile TileLang folds the second warpgroup's
-    all-masked tile away with its softmax: one short launch either way."""
-    return HOPPER if config.schedule == "seesaw" and shape.seqlen <= config.block_N // 2 else config
+    """The config whose kernel ``shape`` runs under ``config``.
+
+    A seesaw cache of one tile or less runs HOPPER: a cache shorter than a tile cannot be a TMA box, and at one
+    tile TileLang folds the second warpgroup's all-masked tile away with its softmax: one short launch either way.
+    A shared-operand (Hopper) head block of fewer than 64 rows (16 heads; 32 rows: 16 heads at s_q 2) is no wgmma
+    tile, so its GEMMs run mma.sync, and a second warpgroup only splits the columns: it runs one warpgroup whose
+    warps split the rows (FullRow), the config every such shape of the tuned table holds and the fastest one at 16
+    and 32 rows on the H200, dense and paged (docs/measurements.md, 2026-12-02)."""
+    if config.schedule == "seesaw" and shape.seqlen <= config.block_N // 2:
+        config = HOPPER
+    if config.schedule == "pipelined" and config.operands_in_shared and min(config.block_H, shape.rows) < WGMMA_ROWS:
+        return config.with_(threads=WARPGROUP, policy="FullRow")
+    return config
 
 
 def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = None) -> Plan:

@@ -133,8 +133,8 @@ def plan(shape: PagedShape, config: TileConfig, arch: str, sm_count: int | None 
     p = dense.plan(shape.dense(), config, arch, sm_count)
     if config.num_split == 0:  # "fill the device": the balanced schedule, one partition per SM and head block
         sms = sm_count or dense.SM_COUNT.get(arch.split(":")[0], 132)
-        return PagedPlan(shape, config, 0, p.block_H, p.threads, parts=max(1, sms // (shape.rows // p.block_H)))
-    return PagedPlan(shape, config, p.num_split, p.block_H, p.threads)
+        return PagedPlan(shape, p.config, 0, p.block_H, p.threads, parts=max(1, sms // (shape.rows // p.block_H)))
+    return PagedPlan(shape, p.config, p.num_split, p.block_H, p.threads)
 
 
 def split_tokens(seqlen, num_split: int, block_N: int):

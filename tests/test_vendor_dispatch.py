@@ -91,7 +91,7 @@ def test_a_record_that_names_no_kernel_is_compared_by_version_alone(root):
 
 
 def test_the_kernels_that_ran_are_folded_per_row_beside_the_dispatch_table():
-    from mlagate.measure.kernels_run import by_row
+    from mlagate.measure.kernels_run import by_row, short_name
 
     rows = [{"impl": "flash_mla", "dtype": "float16", "heads": 16, "q_len": 1, "kernels": ["split", "combine"]},
             {"impl": "flash_mla", "dtype": "float16", "heads": 16, "q_len": 1, "kernels": ["split", "other"]},
@@ -103,13 +103,27 @@ def test_the_kernels_that_ran_are_folded_per_row_beside_the_dispatch_table():
                "aiter": {"version": "0.1.7", "kernels": {"bfloat16/16": {"kernel": "_ZN5aiter_k", "vgprs": 128}}}}
     out = by_row(rows, vendors)
     assert out["flash_mla"]["kernels"] == {
-        "float16/16": {"ran": ["split", "combine", "other"], "kernel": "split + combine + other"},
-        "float16/16/s_q=2": {"ran": ["split2"], "kernel": "split2"}}
+        "float16/16": {"ran": ["split", "combine", "other"],
+                       "kernel": " + ".join(short_name(n) for n in ("split", "combine", "other"))},
+        "float16/16/s_q=2": {"ran": ["split2"], "kernel": short_name("split2")}}
     assert out["aiter"]["kernels"]["bfloat16/16"] == {"kernel": "_ZN5aiter_k", "vgprs": 128, "ran": ["_ZN5aiter_k"]}
     assert "kernels" not in out["flashinfer"] and "tilelang-seesaw" not in out
     assert "ran" not in vendors["aiter"]["kernels"]["bfloat16/16"]  # the env it was given is left as it was
     assert vendor_kernel({"start": {"vendors": out}}, "flash_mla", ("flash_mla", 64, 4096, "float16", 16, 1, "dense")) \
-        == ("1.0.0", "split + combine + other")
+        == ("1.0.0", out["flash_mla"]["kernels"]["float16/16"]["kernel"])
+
+
+@pytest.mark.parametrize("name,short", [
+    ("void ns::dense::flash_fwd_splitkv_mla_kernel<ns::Traits<cutlass::half_t, 576>, X>(Params, Y)",
+     "flash_fwd_splitkv_mla_kernel"),
+    ("void flashinfer::mla::hopper::BatchMLAPageAttentionHopperKernel<T<false, 2u>, P>(P)",
+     "BatchMLAPageAttentionHopperKernel"),
+    ("main_kernel", "main_kernel"), ("void foo(int)", "foo")])
+def test_a_kernel_reads_by_its_function_name_and_a_digest_of_its_whole_name(name, short):
+    from mlagate.measure.kernels_run import short_name
+
+    assert short_name(name).partition("#")[0] == short
+    assert short_name(name) != short_name(name + " ")  # another instantiation: another kernel
 
 
 def test_a_case_result_keeps_the_kernels_that_ran_through_its_file():

@@ -3,6 +3,8 @@ the same kernels ran (decide/vendor_ratio.py). torch's profiler (CUPTI on CUDA, 
 untimed call, after the case's samples are taken, and the names go into the case's result and, per
 "dtype/heads" row, into the record's environment beside the vendor's version."""
 
+import hashlib
+
 import torch
 
 from mlagate.measure.aiter_dispatch import kernel_row
@@ -24,6 +26,13 @@ def kernels_run(launch) -> tuple:
     return tuple(dict.fromkeys(n for n in names if not n.startswith(NOT_KERNELS)))
 
 
+def short_name(name: str) -> str:
+    """A kernel's function name without its template arguments and parameters (FlashMLA's run to 4 KB), and a
+    digest of the whole name, so two instantiations of one template still read as different kernels."""
+    words = name.split("<", 1)[0].split("(", 1)[0].split() or [name]  # "void ns::f<...>(...)" -> ["void", "ns::f"]
+    return f"{words[-1].rsplit('::', 1)[-1]}#{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+
+
 def by_row(rows, vendors: dict) -> dict:
     """``vendors`` (environment.vendors) with each vendor's kernels that ran, per "dtype/heads[/s_q=N]" row
     (aiter_dispatch.kernel_row, the key decide/vendor_ratio.py reads): ``{"kernels": {row: {"ran": [names],
@@ -41,6 +50,6 @@ def by_row(rows, vendors: dict) -> dict:
         for row, names in rows_ran.items():
             entry = table.setdefault(row, {})
             entry["ran"] = list(names)
-            entry.setdefault("kernel", " + ".join(names))
+            entry.setdefault("kernel", " + ".join(short_name(n) for n in names))
         out[vendor]["kernels"] = table
     return out
