@@ -5,8 +5,6 @@ untimed call, after the case's samples are taken, and the names go into the case
 
 import hashlib
 
-import torch
-
 from mlagate.measure.aiter_dispatch import kernel_row
 
 # what the profiler lists beside kernels: copies and fills, which name no vendor kernel
@@ -15,6 +13,7 @@ NOT_KERNELS = ("Memcpy", "Memset")
 
 def kernels_run(launch) -> tuple:
     """The names of the kernels one call of ``launch`` ran, each once, in the order they first ran."""
+    import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
