@@ -241,7 +241,8 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
                    rule, cfg.platform(platform), [vendor_kernel(env, vendor, key) for env in envs])
         if cv.flagged and cv.status == Status.PASS:
             confirmation = (confirmations or {}).get(key)
-            if confirmation is not None and not all(s and positive(s) for s in confirmation):
+            pooled = [remeasure.pooled(rounds_of(s)) for s in confirmation] if confirmation is not None else ()
+            if confirmation is not None and not all(s and positive(s) for s in pooled):
                 fail(cv, Kind.BAD_REMEASURE, "the interleaved re-measure gave no samples or samples that are "
                                               "not finite times > 0", Status.ERROR)
             elif confirmation is not None:
