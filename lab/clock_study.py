@@ -1,5 +1,6 @@
-"""Does reading each window's SM clock shrink the untouched cases' noise? Raw, clock-normalized and within-clock-bin
-changes between recorded commits (CPU).
+"""Does each window's SM clock explain the untouched cases' noise? Their changes raw, normalized, binned (CPU).
+
+Raw, clock-normalized and within-clock-bin changes between recorded commits.
 
 For every commit of a results store against ``--base`` (default: the one recorded first), per TileLang case both
 recorded, the change three ways (mlagate/decide/clock_compare.py); then, over the cases no ``--touched`` pattern
@@ -57,7 +58,7 @@ def sidecar_key(key) -> tuple:
 def main(argv=None):
     from mlagate.decide.clock_compare import VARIANTS, rms_pp
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("store", help="a results store (mlagate record --results)")
     p.add_argument("--base", default=None, help="the commit (prefix) every other one is compared with")
     p.add_argument("--touched", action="append", default=[], help="labels of cases the change touched (fnmatch)")

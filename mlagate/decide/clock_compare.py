@@ -76,3 +76,30 @@ def rms_pp(values) -> float | None:
     """Root mean square of changes, in percentage points (untouched cases: each change is its own error)."""
     values = [v for v in values if v is not None]
     return math.sqrt(sum((100 * v) ** 2 for v in values) / len(values)) if values else None
+
+
+def case_changes(base, base_cases: dict | None, head, head_cases: dict | None, keys) -> dict:
+    """{case key: changes(...)} for ``keys`` both records measured: ``base``/``head`` are store CommitResults,
+    ``*_cases`` their cases sidecars (the windows); a case without windows on a side reads raw only."""
+    from mlagate.store.results_file import BENCH_TIME
+
+    def windows(sidecar):
+        rows = (sidecar or {}).get("results") if isinstance(sidecar, dict) else None
+        return {(r["impl"], r["batch"], r["seqlen"], r["dtype"], r["heads"], r.get("q_len", 1), r["workload"]):
+                (r.get("samples") or {}).get("windows") for r in rows or () if isinstance(r, dict)}
+
+    bw, hw = windows(base_cases), windows(head_cases)
+    b_t, h_t = base.entries(BENCH_TIME), head.entries(BENCH_TIME)
+    out = {}
+    for key in keys:
+        b, h = b_t.get(tuple(key)), h_t.get(tuple(key))
+        if b is not None and h is not None and b.status == h.status == "ok" and b.samples and h.samples:
+            out[tuple(key)] = changes(b.samples, bw.get(tuple(key)), h.samples, hw.get(tuple(key)))
+    return out
+
+
+def store_changes(store, machine: str, base: str, head: str, cases) -> dict:
+    """case_changes of two commits of a results store (store.results.Store), for a verdict's ``cases``."""
+    sides = [(store.load(machine, c), store.read_sidecar(machine, c, "cases")) for c in (base, head)]
+    keys = [cv.case for cv in cases]
+    return case_changes(*sides[0], *sides[1], keys) if all(r is not None for r, _ in sides) else {}
