@@ -372,7 +372,7 @@ def test_a_missing_perf_yml_is_named(tmp_path, capsys):
 
 
 def test_the_count_is_current():
-    assert (len(STORE_FAULTS), len(YAML_FAULTS)) == (151, 399)  # q_len keys, four workloads; gate.confirm's three numbers
+    assert (len(STORE_FAULTS), len(YAML_FAULTS)) == (151, 399)  # q_len keys, four workloads, gate.confirm
     assert "550 = STORE_FAULTS 151 + YAML_FAULTS 399" in __doc__
 
 
