@@ -37,7 +37,7 @@ from mlagate.store import results as stores  # by module: tests stand a store in
 
 REF_ROOT = "refs/mlagate/ladder"
 CALIBRATION_VERSION = 3  # 1: a spin launched after the kernel; 2: every step timed in one alternation with base
-CALIBRATION_ROUNDS = 20  # alternated rounds per calibration measurement (the gate's re-measure has 10)
+CALIBRATION_ROUNDS = 20  # alternated rounds per calibration measurement (the gate: gate.confirm.min_rounds on)
 # The throw-away commits: a fixed identity, no hooks, no signing, whatever the user's git config says.
 GIT_SETTINGS = ("-c", "user.name=mlagate ladder", "-c", "user.email=mlagate-ladder@localhost",
                 "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null")
