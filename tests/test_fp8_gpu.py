@@ -139,9 +139,10 @@ def test_paged_fp8_cache_matches_the_dequantized_reference(row):
 
 
 def test_the_entry_points_take_an_fp8_cache_and_refuse_the_other_archs_format():
-    shape = m.Shape(batch=2, seqlen=1000, heads=16, dtype="bfloat16", kv_dtype=fp8())
+    native = m.config_for_arch(arch())
+    shape = dense_shape((native.name, *DENSE[1][1:]), fp8())  # a kernel the fixture compiled: two query tokens
     q, q_pe, kv, k_pe, kv_scale = m.random_inputs(shape, device="cuda", seed=3)
-    out, lse = m.mla_decode(q, q_pe, kv, k_pe, kv_scale=kv_scale, config=m.config_for_arch(arch()), return_lse=True)
+    out, lse = m.mla_decode(q, q_pe, kv, k_pe, kv_scale=kv_scale, config=native, return_lse=True)
     check(out, lse, *m.reference(q, q_pe, kv, k_pe, kv_scale=kv_scale))
     other = next(f for f in m.FP8_DTYPES if f != fp8())
     with pytest.raises(ValueError, match=f"kv_dtype: a {other} cache on {arch()}, whose fp8 format is {fp8()}"):
