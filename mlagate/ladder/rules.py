@@ -22,10 +22,13 @@ PATCH_MARK = "# mlagate ladder"
 # macro of the same arguments.
 DENSE_FILE = "kernels/mla_decode.py"
 SEESAW_FILE = "kernels/mla_decode_seesaw.py"
-ATTEND_ARGS = "Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max"
-SEESAW_ATTEND_ARGS = "Q, Q_pe, KV, K_pe, bx, by, bz, first_token, n_pairs, out, lse_out"
+# The pipelined macro took the fp8 cache's Kv_scale later: a base before that has the earlier arguments.
+ATTEND_ARGS = ("Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, "
+               "scores_max",
+               "Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max")
+SEESAW_ATTEND_ARGS = ("Q, Q_pe, KV, K_pe, bx, by, bz, first_token, n_pairs, out, lse_out",)
 SCHEDULES = {"pipelined": (DENSE_FILE, ATTEND_ARGS), "seesaw": (SEESAW_FILE, SEESAW_ATTEND_ARGS)}
-PATCHED_FILES = dict(SCHEDULES.values())  # {file: attend arguments}
+PATCHED_FILES = dict(SCHEDULES.values())  # {file: the attend arguments a commit's file may have}
 
 
 def parse_steps(text: str) -> tuple:
@@ -82,12 +85,16 @@ def cycles_for(step: float, median_s: float, slope: float) -> int:
 
 def unpatchable(source: str, path: str = DENSE_FILE) -> str | None:
     """Why ``patched`` cannot wrap this kernel file (None: it can)."""
-    args = PATCHED_FILES[path]
     if "\ndef attend_macro(" not in source:
         return "defines no attend_macro"
-    if f"def attend({args}):" not in source:
-        return f"has an attend macro whose arguments are not ({args})"
+    if attend_args(source, path) is None:
+        return "has an attend macro whose arguments are not " + " or ".join(f"({a})" for a in PATCHED_FILES[path])
     return None
+
+
+def attend_args(source: str, path: str) -> str | None:
+    """The arguments of the file's attend macro, of those PATCHED_FILES knows (None: none of them)."""
+    return next((args for args in PATCHED_FILES[path] if f"def attend({args}):" in source), None)
 
 
 def patched(source: str, step, cycles: dict, run_id: str, path: str = DENSE_FILE) -> str:
@@ -96,7 +103,7 @@ def patched(source: str, step, cycles: dict, run_id: str, path: str = DENSE_FILE
     GPU clock cycles (``cycles``: {shape_key: cycles}, keyed by config: each file spins its own configs'
     kernels); any other shape, and the paged kernel, lower unchanged.
     ``step``: the step's percentage, or a name (the calibration's probe)."""
-    args = PATCHED_FILES[path]
+    args = attend_args(source, path)
     text = source if source.endswith("\n") else source + "\n"
     name = step_name(step) + "%" if isinstance(step, (int, float)) else step
     if step == 0:
