@@ -373,10 +373,12 @@ def test_the_ladder_calibrates_commits_records_gates_and_tabulates(gpu, repo, tm
     out = tmp_path / "out"
     base = gitops.resolve("HEAD")
     assert cli.main(["ladder", "--base", "HEAD", "--reps", "2", "--out", str(out), "--machine", "m", *PIPELINED]) == 0
-    doc = json.loads((out / "ladder.json").read_text())
-    assert (out / "ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = json.loads((out / "summary" / "ladder.json").read_text())
+    assert (out / "summary" / "ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
-    assert (out / "ladder.md").read_text() in printed
+    assert (out / "summary" / "ladder.md").read_text() in printed
+    assert sorted(p.name for p in (out / "summary").iterdir()) == [".mlagate-output", "ladder.json", "ladder.md",
+                                                                    "ladder.png"]  # one set, swapped in whole
 
     cal = json.loads((out / "calibration.json").read_text())["cases_calibrated"]
     b64, b128 = (cal[c.label()] for c in CASES)
@@ -407,7 +409,7 @@ def test_the_ladder_calibrates_commits_records_gates_and_tabulates(gpu, repo, tm
     summary = {s["step"]: s for s in doc["summary"]}
     assert [summary[s]["fail"] for s in (0, 1, 2, 3, 5, 8)] == [0, 0, 0, 4, 4, 4]
     assert summary[2]["max_confirmed_pp"] is not None and summary[1]["max_confirmed_pp"] is None  # 1%: not flagged
-    md = (out / "ladder.md").read_text()
+    md = (out / "summary" / "ladder.md").read_text()
     assert "| 2 | 8% | tilelang-hopper h=16 b=128 s=4096 float16 |" in md and "†" not in md
     assert [(u["label"], u["n"], u["within"]) for u in doc["untouched"]] == [(UNSPUN.label(), 12, 12)]
     assert doc["untouched"][0]["max_pp"] == pytest.approx(0.2) and "noise floor" in md
@@ -420,17 +422,17 @@ def test_a_killed_ladder_resumes_without_redoing_finished_steps(gpu, repo, tmp_p
     gpu.fail_gate_at = ("rep2", "step 3%")
     assert cli.main(args) == 2  # the gate of rep 2, step 3 dies: exit 2; rep 1 and rep 2's step 0 are kept
     assert sorted(p.name for p in (out / "rep2").glob("step*.json")) == ["step0.json"]
-    assert len(list((out / "rep1").glob("step*.json"))) == 3 and not (out / "ladder.json").exists()
+    assert len(list((out / "rep1").glob("step*.json"))) == 3 and not (out / "summary" / "ladder.json").exists()
     first_alternates, first_refs = len(gpu.alternates), sh(repo, "for-each-ref", "refs/mlagate/ladder/")
 
     gpu.fail_gate_at, gpu.records[:], gpu.gates[:] = None, [], []
     assert cli.main(args) == 0
     assert len(gpu.alternates) == first_alternates  # the calibration is reused
     assert sh(repo, "for-each-ref", "refs/mlagate/ladder/") == first_refs  # so are the commits
-    commits = json.loads((out / "ladder.json").read_text())["commits"]
+    commits = json.loads((out / "summary" / "ladder.json").read_text())["commits"]
     assert [r[:2] for r in gpu.records] == [("rep2", commits["5"])]  # step 3 was recorded before its gate died
     assert gpu.gates == [("rep2", commits["3"]), ("rep2", commits["5"])]
-    assert len(json.loads((out / "ladder.json").read_text())["table"]) == 2 * 3 * 2
+    assert len(json.loads((out / "summary" / "ladder.json").read_text())["table"]) == 2 * 3 * 2
 
 
 @pytest.mark.parametrize("extra, option", [
