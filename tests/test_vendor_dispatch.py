@@ -133,3 +133,14 @@ def test_a_case_result_keeps_the_kernels_that_ran_through_its_file():
     d = r.to_dict()
     assert d["kernels"] == ["a", "b"] and CaseResult.from_dict(json.loads(json.dumps(d))).kernels == ("a", "b")
     assert "kernels" not in CaseResult(r.case, RunStatus.OK).to_dict()
+
+
+def test_a_torch_that_cannot_watch_gpu_kernels_names_none_and_launches_nothing_extra(monkeypatch):
+    """The MI300X rehearsal's CPU torch has no CUDA profiler activity: the vendor case keeps its samples, no names."""
+    import torch.profiler
+
+    from mlagate.measure.kernels_run import kernels_run
+
+    monkeypatch.setattr(torch.profiler, "supported_activities", lambda: {torch.profiler.ProfilerActivity.CPU})
+    calls = []
+    assert kernels_run(lambda: calls.append(1)) == () and calls == []

@@ -25,12 +25,13 @@ def add_parser(sub):
 
 
 def run(args, cfg) -> int:
+    from mlagate.ladder import report
     from mlagate.ladder import run as ladder
 
     plan = ladder.plan(cfg, base_rev=args.base, steps=args.steps, reps=args.reps, grid=args.grid,
                        impls=args.impl, machine=args.machine, out=args.out)
     with progress.tilelang_log(plan.out):
-        files = ladder.write_outputs(ladder.run_ladder(cfg, plan), plan.out)
+        files = report.write_outputs(ladder.run_ladder(cfg, plan), plan.out)
     print(files["markdown"].read_text())
     print(f"wrote {', '.join(str(p) for p in files.values())}")
     return exits.OK

@@ -1,5 +1,9 @@
 """`mlagate ladder`'s table (Markdown) and plot (PNG): measured change against the injected one."""
 
+import io
+from pathlib import Path
+
+from mlagate.atomic import output_set, write_json
 from mlagate.decide.vocabulary import Status
 from mlagate.ladder.rules import TOLERANCE_PP, step_name
 from mlagate.report.text import ICON
@@ -101,3 +105,19 @@ def plot_png(path, doc: dict) -> None:
     fig.legend(loc="outside right upper", fontsize=7)
     fig.savefig(path, dpi=100, format="png")
     plt.close(fig)
+
+
+SUMMARY = "summary"  # the folder of a ladder's --out holding ladder.json, ladder.md and ladder.png: one set
+
+
+def write_outputs(doc: dict, out: Path) -> dict:
+    """ladder.json (everything), ladder.md (the table) and ladder.png (measured against injected) in ``out/summary/``,
+    one set swapped in whole (atomic.output_set) beside the run's resumable state; the paths they will have."""
+    png = io.BytesIO()
+    plot_png(png, doc)
+    with output_set(out / SUMMARY) as fresh:
+        write_json(fresh / "ladder.json", doc)
+        (fresh / "ladder.md").write_bytes(markdown(doc).encode())
+        (fresh / "ladder.png").write_bytes(png.getvalue())
+    return {kind: out / SUMMARY / f"ladder.{ext}" for kind, ext in (("json", "json"), ("markdown", "md"),
+                                                                    ("plot", "png"))}

@@ -12,7 +12,6 @@ a JSON file in its repetition's folder: a killed ladder started again resumes. T
 them); `git for-each-ref --format='delete %(refname)' refs/mlagate/ladder/ | git update-ref --stdin` drops them.
 """
 
-import io
 import os
 import platform as _platform
 import shutil
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlagate import progress
-from mlagate.atomic import output_set, write_json
+from mlagate.atomic import write_json
 from mlagate.case import Case
 from mlagate.config import Config
 from mlagate.decide import clock_compare
@@ -36,7 +35,6 @@ from mlagate.names import unknown
 from mlagate.store import results as stores  # by module: tests stand a store in
 
 REF_ROOT = "refs/mlagate/ladder"
-SUMMARY = "summary"  # the folder of --out holding ladder.json, ladder.md and ladder.png: one set
 CALIBRATION_VERSION = 3  # 1: a spin launched after the kernel; 2: every step timed in one alternation with base
 CALIBRATION_ROUNDS = 20  # alternated rounds per calibration measurement (the gate: gate.confirm.min_rounds on)
 # The throw-away commits: a fixed identity, no hooks, no signing, whatever the user's git config says.
@@ -281,21 +279,6 @@ def _record_once(rev: str, results: Path, p: Plan, echo):
 
     if stores.Store(results).load(p.machine, rev) is None:
         recorder.record(rev, results=results, machine=p.machine, grid=p.grid, impls=list(p.impls), echo=echo)
-
-
-def write_outputs(doc: dict, out: Path) -> dict:
-    """ladder.json (everything), ladder.md (the table) and ladder.png (measured against injected) in
-    ``out/summary/``, swapped in as one set (atomic.output_set: beside the run's resumable state, which stays); the
-    paths they will have."""
-    from mlagate.ladder import report
-
-    folder, png = out / SUMMARY, io.BytesIO()
-    report.plot_png(png, doc)
-    with output_set(folder) as fresh:
-        write_json(fresh / "ladder.json", doc)
-        (fresh / "ladder.md").write_bytes(report.markdown(doc).encode())
-        (fresh / "ladder.png").write_bytes(png.getvalue())
-    return {"json": folder / "ladder.json", "markdown": folder / "ladder.md", "plot": folder / "ladder.png"}
 
 
 def read_calibration(out: Path) -> dict | None:

@@ -12,11 +12,14 @@ NOT_KERNELS = ("Memcpy", "Memset")
 
 
 def kernels_run(launch) -> tuple:
-    """The names of the kernels one call of ``launch`` ran, each once, in the order they first ran."""
+    """The names of the kernels one call of ``launch`` ran, each once, in the order they first ran; none where this
+    torch cannot watch GPU kernels (a build without CUPTI or roctracer, as the MI300X rehearsal's CPU torch)."""
     import torch
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, supported_activities
 
+    if ProfilerActivity.CUDA not in supported_activities():
+        return ()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as watched:
         launch()
