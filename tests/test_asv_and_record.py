@@ -36,14 +36,18 @@ def test_benchmark_params_come_from_the_config(monkeypatch):
     from mlagate.measure import asv_suite
 
     params, names = asv_suite.params()
-    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "q_len"]
-    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"], [16], [1, 2]]
+    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "q_len", "kv_dtype"]
+    # Hopper's fp8 cache is read with a bf16 query: asv's product holds (float16, fp8) and (bfloat16, float16)
+    # too, which no case is (skipped: "not measured")
+    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16", "bfloat16"], [16], [1, 2],
+                      ["float16", "float8_e4m3fn"]]
     # the workloads' own classes: their parameter product is their cases, no dense point in it
     params, names = asv_suite.params(workloads=True)
-    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "q_len", "workload"]
+    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "q_len", "kv_dtype", "workload"]
     cfg = asv_suite.config()
     tags = [cfg.workloads[name].tag(64) for name in cfg.grid.workloads["quick"]]  # name@digest of the definition
-    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"], [16], [1, 2], tags]
+    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16", "bfloat16"], [16], [1, 2],
+                      ["float16", "float8_e4m3fn"], tags]
 
 
 def test_each_platform_measures_the_dtypes_its_vendor_takes(monkeypatch):
@@ -52,9 +56,11 @@ def test_each_platform_measures_the_dtypes_its_vendor_takes(monkeypatch):
     from mlagate.measure import asv_suite
 
     monkeypatch.setattr(asv_suite, "platform", lambda: "rocm")
-    assert {c.dtype for c in asv_suite.cases()} == {"bfloat16"}
-    monkeypatch.setattr(asv_suite, "platform", lambda: "cuda")
-    assert {c.dtype for c in asv_suite.cases()} == {"float16"}
+    assert {(c.dtype, c.kv_dtype) for c in asv_suite.cases()} == {("bfloat16", "bfloat16"),
+                                                                  ("bfloat16", "float8_e4m3fnuz")}
+    monkeypatch.setattr(asv_suite, "platform", lambda: "cuda")  # fp8: a bf16 query over Hopper's e4m3fn
+    assert {(c.dtype, c.kv_dtype) for c in asv_suite.cases()} == {("float16", "float16"),
+                                                                  ("bfloat16", "float8_e4m3fn")}
     monkeypatch.setenv("MLAGATE_DTYPES", "bfloat16,float16")
     assert {c.dtype for c in asv_suite.cases()} == {"bfloat16", "float16"}
 

@@ -100,7 +100,8 @@ def test_the_bench_service_yields_a_verdict_on_an_mi300x(rehearsal):
     cases = {tuple(c["case"]): c for c in verdict["cases"] if c["status"] != "skipped"}
     # gfx942 -> the cdna3 config is the gated one, measured in bfloat16 (aiter takes no fp16);
     # the hopper and seesaw configs, gated on CUDA, are skipped here (they need sm_90)
-    assert set(cases) == {("tilelang-cdna3", 64, 64, "bfloat16", h, q, "dense") for h in HEADS for q in (1, 2)}
+    assert set(cases) == {("tilelang-cdna3", 64, 64, "bfloat16", h, q, "bfloat16", "dense")
+                          for h in HEADS for q in (1, 2)}
     assert {c["case"][0] for c in verdict["cases"] if c["status"] == "skipped"} == {"tilelang-hopper",
                                                                                      "tilelang-seesaw"}
     for (_, _, _, _, heads, q_len, _), c in cases.items():
@@ -125,12 +126,13 @@ def test_the_rehearsal_recorded_both_commits_through_asv_with_aiter(rehearsal):
     assert store.load("mi300x", base) is not None and head is not None
     time = head.entries(BENCH_TIME)
     for heads in VENDOR_HEADS:  # the real aiter frontend ran, down to the stand-ins of its device code
-        assert time[("aiter", 64, 64, "bfloat16", heads, 1, "dense")].status == "ok"
-    assert time[("aiter", 64, 64, "bfloat16", 16, 2, "dense")].status == "ok"  # qo_indptr, max_seqlen_q 2
-    assert time[("aiter", 64, 64, "bfloat16", 64, 1, "dense")].status == "skipped"  # no 64-head kernel: not run
-    assert time[("tilelang-hopper", 64, 64, "bfloat16", 16, 1, "dense")].status == "skipped"  # needs sm_90
-    assert time[("flash_mla", 64, 64, "bfloat16", 16, 1, "dense")].status == "skipped"
-    assert head.entries(BENCH_RATIO)[("tilelang-cdna3", 64, 64, "bfloat16", 16, 1, "dense")].status == "ok"
+        assert time[("aiter", 64, 64, "bfloat16", heads, 1, "bfloat16", "dense")].status == "ok"
+    assert time[("aiter", 64, 64, "bfloat16", 16, 2, "bfloat16", "dense")].status == "ok"  # qo_indptr, max_seqlen_q 2
+    # no 64-head kernel: not run
+    assert time[("aiter", 64, 64, "bfloat16", 64, 1, "bfloat16", "dense")].status == "skipped"
+    assert time[("tilelang-hopper", 64, 64, "bfloat16", 16, 1, "bfloat16", "dense")].status == "skipped"  # needs sm_90
+    assert time[("flash_mla", 64, 64, "bfloat16", 16, 1, "bfloat16", "dense")].status == "skipped"
+    assert head.entries(BENCH_RATIO)[("tilelang-cdna3", 64, 64, "bfloat16", 16, 1, "bfloat16", "dense")].status == "ok"
     env = store.read_sidecar("mi300x", head.commit, "env")
     assert env["platform"] == "rocm" and env["start"]["arch"] == "gfx942" and env["start"]["sm_count"] == 304
     # the vendor kernel, from the installed amd-aiter's own dispatch and code object (aiter_dispatch)
