@@ -50,13 +50,18 @@ def compose_bench(settings: dict) -> tuple:
 
 
 def shrink_to_cpu(perf_yml: Path, rocm_dtypes=None):
-    """CPU-sized grid and warm-up; every other key as committed."""
+    """CPU-sized grid and warm-up; the 16-bit cache only (the fp8 cache needs the persistent a16w8 launch and its
+    reduce, which aiter_jit's stand-ins do not model yet: docs/aiter-contract-0.1.7.md); every other key as
+    committed."""
     data = yaml.safe_load(perf_yml.read_text())
     for name in ("quick", "full"):
         data["grid"][name] = {"batch": [64], "seqlen": [64], "heads": HEADS, "q_len": [1, 2]}
     data["timing"]["warmup_ms"] = 10
+    rocm = data["platforms"]["rocm"]
+    rocm.pop("fp8_vendor")
+    rocm["kv_dtypes"] = [kv for kv in rocm["kv_dtypes"] if not kv.startswith("float8")]
     if rocm_dtypes:
-        data["platforms"]["rocm"]["dtypes"] = rocm_dtypes
+        rocm["dtypes"] = rocm["kv_dtypes"] = rocm_dtypes
     perf_yml.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
@@ -104,7 +109,7 @@ def test_the_bench_service_yields_a_verdict_on_an_mi300x(rehearsal):
                           for h in HEADS for q in (1, 2)}
     assert {c["case"][0] for c in verdict["cases"] if c["status"] == "skipped"} == {"tilelang-hopper",
                                                                                      "tilelang-seesaw"}
-    for (_, _, _, _, heads, q_len, _), c in cases.items():
+    for (_, _, _, _, heads, q_len, _, _), c in cases.items():
         assert c["status"] == "pass", c
         # aiter has a bf16 decode kernel for these on gfx942 (at 2 query tokens a causal one for 16 heads only,
         # perf.yml vendor_q_len_heads): the ratio exists
