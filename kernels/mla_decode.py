@@ -40,6 +40,10 @@ PASS_CONFIGS = {tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True}
 # there, whose exp2 is inf: NaN rows on the H200); exp2 of its difference to a real score is 0.
 MASKED = -2.0 ** 100
 MAX_S_Q = 8  # query tokens per sequence: 1, or MTP's 2-4 (speculative decoding rarely goes past 8)
+# An fp8 KV cache's format per architecture, the one home of that fact: Hopper runs OCP e4m3fn, CDNA3 (gfx942) the
+# fnuz variant (no negative zero, exponent bias 8, max 240): the same bits mean other values on the other arch.
+FP8_FORMAT = {"sm_90": "float8_e4m3fn", "sm_90a": "float8_e4m3fn", "gfx942": "float8_e4m3fnuz"}
+FP8_DTYPES = tuple(sorted(set(FP8_FORMAT.values())))
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,15 @@ class Shape:
     dim: int = 512
     pe_dim: int = 64
     s_q: int = 1  # query tokens per sequence
+    kv_dtype: str | None = None  # the cache's dtype: the query's (None gives it), or an fp8 format (FP8_FORMAT)
+
+    def __post_init__(self):
+        if self.kv_dtype is None:
+            object.__setattr__(self, "kv_dtype", self.dtype)
+
+    @property
+    def kv_fp8(self) -> bool:
+        return self.kv_dtype in FP8_DTYPES
 
     @property
     def scale(self) -> float:
@@ -69,9 +82,57 @@ class Shape:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        check_kv_dtype(self.kv_dtype, self.dtype)
         check_s_q(self.s_q)
         if self.seqlen < self.s_q:
             raise ValueError(causal_refusal(self.seqlen, self.s_q))
+
+
+def check_kv_dtype(kv_dtype, dtype: str) -> None:
+    """A cache in the query's 16-bit dtype or in an fp8 format (either arch's: check_kv_format matches it to one)."""
+    if kv_dtype != dtype and kv_dtype not in FP8_DTYPES:
+        raise ValueError(f"kv_dtype must be the query's dtype {dtype!r} or an fp8 format {FP8_DTYPES}, "
+                         f"got {kv_dtype!r}")
+
+
+def check_kv_format(kv_dtype: str, arch: str) -> None:
+    """Refuse an fp8 cache in another architecture's fp8 format (its bits would be read as other values)."""
+    if kv_dtype not in FP8_DTYPES:
+        return
+    base = arch.split(":")[0]
+    if base not in FP8_FORMAT:
+        raise ValueError(f"kv_dtype {kv_dtype}: no fp8 cache format known for architecture {arch!r}; "
+                         f"known: {FP8_FORMAT}")
+    if kv_dtype != FP8_FORMAT[base]:
+        raise ValueError(f"kv_dtype: a {kv_dtype} cache on {base}, whose fp8 format is {FP8_FORMAT[base]} "
+                         f"(FP8_FORMAT); quantize the cache to {FP8_FORMAT[base]}")
+
+
+def check_kv_scale(kv_scale, kv_fp8: bool) -> None:
+    """An fp8 cache needs its per-tensor scale (dequantized = fp8 value x kv_scale): a positive finite float; a
+    16-bit cache takes none."""
+    if not kv_fp8:
+        if kv_scale is not None:
+            raise ValueError(f"kv_scale: given ({kv_scale!r}) for a 16-bit cache, which takes none")
+        return
+    if kv_scale is None:
+        raise ValueError("kv_scale: an fp8 cache needs its per-tensor scale (dequantized = fp8 value x kv_scale)")
+    if isinstance(kv_scale, bool) or not isinstance(kv_scale, (int, float)):
+        raise ValueError(f"kv_scale: must be a float, got {type(kv_scale).__name__}")
+    if not math.isfinite(kv_scale) or kv_scale <= 0:
+        raise ValueError(f"kv_scale: must be positive and finite, got {kv_scale!r}")
+
+
+def kv_scale_param(shape):
+    """The annotation of the kernels' ``Kv_scale`` parameter: a float32 [1] tensor for an fp8 cache; None for a
+    16-bit one, which TileLang takes as a constant, so the 16-bit kernels keep their signature."""
+    return T.Tensor([1], "float32") if shape.kv_fp8 else None
+
+
+def score_scale(shape, Kv_scale):
+    """The factor from a raw score to log2 units: the softmax scale, times kv_scale for an fp8 cache, whose tiles
+    the GEMMs read as stored (dequantizing a score costs one multiply, a K element one each)."""
+    return shape.scale * Kv_scale[0] if shape.kv_fp8 else shape.scale
 
 
 def check_s_q(s_q) -> None:
@@ -171,6 +232,7 @@ WARP_SIZE = {"gfx942": 64}
 # A register-resident score tile gives each warp 16 rows of the head block (one MFMA/MMA row tile):
 # more warps than block_H / 16 leave a warp without rows, which TileLang cannot lay out.
 ROWS_PER_WARP = 16
+WGMMA_ROWS, WARPGROUP = 64, 128  # Hopper: a wgmma tile's rows, and the threads of the warpgroup issuing it
 ARCH_CONFIG = {"gfx942": "cdna3", "sm_90": "hopper", "sm_90a": "hopper"}
 
 
@@ -224,10 +286,19 @@ def threads_for(config: TileConfig, block_H: int, arch: str) -> int:
 
 
 def kernel_config(shape: Shape, config: TileConfig) -> TileConfig:
-    """The config whose kernel ``shape`` runs under ``config``: a seesaw cache of one tile or less runs HOPPER.
-    A cache shorter than a tile cannot be a TMA box, and at one tile TileLang folds the second warpgroup's
-    all-masked tile away with its softmax: one short launch either way."""
-    return HOPPER if config.schedule == "seesaw" and shape.seqlen <= config.block_N // 2 else config
+    """The config whose kernel ``shape`` runs under ``config``.
+
+    A seesaw cache of one tile or less runs HOPPER: a cache shorter than a tile cannot be a TMA box, and at one
+    tile TileLang folds the second warpgroup's all-masked tile away with its softmax: one short launch either way.
+    A shared-operand (Hopper) head block of fewer than 64 rows (16 heads; 32 rows: 16 heads at s_q 2) is no wgmma
+    tile, so its GEMMs run mma.sync, and a second warpgroup only splits the columns: it runs one warpgroup whose
+    warps split the rows (FullRow), the config every such shape of the tuned table holds and the fastest one at 16
+    and 32 rows on the H200, dense and paged (docs/measurements.md, 2026-12-02)."""
+    if config.schedule == "seesaw" and shape.seqlen <= config.block_N // 2:
+        config = HOPPER
+    if config.schedule == "pipelined" and config.operands_in_shared and min(config.block_H, shape.rows) < WGMMA_ROWS:
+        return config.with_(threads=WARPGROUP, policy="FullRow")
+    return config
 
 
 def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = None) -> Plan:
@@ -240,7 +311,12 @@ def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = Non
         # its P1 tile reuses Q_pe's 64 columns, and each warpgroup's 256 latent columns are 4 TMA boxes of 64
         raise ValueError(f"config {config.name}: the seesaw schedule is built for dim 512 + pe_dim 64 (DeepSeek's), "
                          f"got {shape.dim} + {shape.pe_dim}")
+    check_kv_format(shape.kv_dtype, arch)
     config = kernel_config(shape, config)
+    if config.schedule == "seesaw" and shape.kv_fp8:
+        # its K tiles fill the shared memory wgmma reads in the query's dtype: no room left for fp8 staging tiles
+        raise ValueError(f"config {config.name}: the seesaw schedule has no fp8 cache (kv_dtype {shape.kv_dtype}); "
+                         f"the pipelined configs have one")
     refused = config.refuses_rows(shape.rows)
     if refused:
         raise ValueError(refused)
@@ -268,17 +344,22 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
     s_q > 1 a tile holding one of the last s_q positions is masked causally (query row r is token r // heads: it sees
     seqlen - s_q + 1 + r // heads positions), and a tail past seqlen with it.
     ``empty_splits``: a split may run no tile, so a zero logsum gives output 0 instead of 0 / 0.
+    An fp8 cache (``shape.kv_fp8``): load_tile fills fp8 staging tiles, converted in shared memory to the query's
+    dtype (exact: every e4m3 value is a bf16 and an fp16) for the GEMMs; kv_scale (``Kv_scale[0]``) is folded into
+    the score scale and into the output's normalisation, never multiplied into a K or V element.
     """
     dtype, accum = shape.dtype, "float32"
-    dim, pe_dim, scale = shape.dim, shape.pe_dim, shape.scale
+    dim, pe_dim = shape.dim, shape.pe_dim
+    kv_fp8, kv_dtype = shape.kv_fp8, shape.kv_dtype
     heads, s_q = shape.heads, shape.s_q
     block_N = config.block_N
     policy = getattr(T.GemmWarpPolicy, config.policy)
     in_shared = config.operands_in_shared
 
     @T.macro
-    def attend(Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max):
+    def attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max):  # noqa: E501 (mlagate ladder matches this line)
         """Online softmax over n_blocks K/V tiles from first_token on."""
+        scale = score_scale(shape, Kv_scale)
         if in_shared:
             Q_buf = T.alloc_shared([block_H, dim], dtype)
             Q_pe_buf = T.alloc_shared([block_H, pe_dim], dtype)
@@ -289,6 +370,9 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
             P_buf = T.alloc_fragment([block_H, block_N], dtype)
         KV_shared = T.alloc_shared([block_N, dim], dtype)
         K_pe_shared = T.alloc_shared([block_N, pe_dim], dtype)
+        if kv_fp8:
+            KV_stage = T.alloc_shared([block_N, dim], kv_dtype)
+            K_pe_stage = T.alloc_shared([block_N, pe_dim], kv_dtype)
         acc_s = T.alloc_fragment([block_H, block_N], accum)
         scores_max_prev = T.alloc_fragment([block_H], accum)
         scores_scale = T.alloc_fragment([block_H], accum)
@@ -301,7 +385,12 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
         T.fill(scores_max, -T.infinity(accum))
         for k in T.Pipelined(n_blocks, num_stages=num_stages):
             start = first_token + k * block_N
-            load_tile(KV, K_pe, Block_table, bx, start, seqlen, KV_shared, K_pe_shared)
+            if kv_fp8:
+                load_tile(KV, K_pe, Block_table, bx, start, seqlen, KV_stage, K_pe_stage)
+                T.copy(KV_stage, KV_shared)
+                T.copy(K_pe_stage, K_pe_shared)
+            else:
+                load_tile(KV, K_pe, Block_table, bx, start, seqlen, KV_shared, K_pe_shared)
             T.gemm(Q_buf, KV_shared, acc_s, transpose_B=True, policy=policy, clear_accum=True)
             T.gemm(Q_pe_buf, K_pe_shared, acc_s, transpose_B=True, policy=policy)
             if s_q > 1:
@@ -325,7 +414,12 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
             for i, j in T.Parallel(block_H, dim):
                 acc_o[i, j] *= scores_scale[i]
             T.gemm(P_buf, KV_shared, acc_o, policy=policy)
-        if empty_splits:
+        if kv_fp8:  # V was read as stored: its scale joins the normalisation
+            for i in T.Parallel(block_H):
+                scores_scale[i] = T.if_then_else(logsum[i] > 0, Kv_scale[0] / logsum[i], 0)
+            for i, j in T.Parallel(block_H, dim):
+                acc_o[i, j] *= scores_scale[i]
+        elif empty_splits:
             for i, j in T.Parallel(block_H, dim):
                 acc_o[i, j] = T.if_then_else(logsum[i] > 0, acc_o[i, j] / logsum[i], 0)
         else:
@@ -408,7 +502,7 @@ def program(p: Plan):
     num_split, split_len = p.num_split, p.split_len
     blocks_per_split = split_len // block_N
     head_blocks = rows // block_H
-    scale = s.scale
+    kv_dtype, kv_scale_t = s.kv_dtype, kv_scale_param(s)
     in_shared = c.operands_in_shared
 
     @T.macro
@@ -425,8 +519,9 @@ def program(p: Plan):
     def main_split(
             Q: T.Tensor([batch, rows, dim], dtype),
             Q_pe: T.Tensor([batch, rows, pe_dim], dtype),
-            KV: T.Tensor([batch, seqlen, 1, dim], dtype),
-            K_pe: T.Tensor([batch, seqlen, 1, pe_dim], dtype),
+            KV: T.Tensor([batch, seqlen, 1, dim], kv_dtype),
+            K_pe: T.Tensor([batch, seqlen, 1, pe_dim], kv_dtype),
+            Kv_scale: kv_scale_t,
             glse: T.Tensor([batch, rows, num_split], accum),
             O_partial: T.Tensor([batch, rows, num_split, dim], accum),
             Output: T.Tensor([batch, rows, dim], dtype),
@@ -437,10 +532,10 @@ def program(p: Plan):
             logsum = T.alloc_fragment([block_H], accum)
             scores_max = T.alloc_fragment([block_H], accum)
             T.use_swizzle(10)
-            attend(Q, Q_pe, KV, K_pe, None, bx, by, seqlen, bz * split_len, blocks_per_split, acc_o, logsum,
-                   scores_max)
+            attend(Q, Q_pe, KV, K_pe, Kv_scale, None, bx, by, seqlen, bz * split_len, blocks_per_split, acc_o,
+                   logsum, scores_max)
             for i in T.Parallel(block_H):
-                logsum[i] = T.log2(logsum[i]) + scores_max[i] * scale
+                logsum[i] = T.log2(logsum[i]) + scores_max[i] * score_scale(s, Kv_scale)
             T.copy(logsum, glse[bx, by * block_H:(by + 1) * block_H, bz])
             T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
 
@@ -451,8 +546,9 @@ def program(p: Plan):
     def main_no_split(
             Q: T.Tensor([batch, rows, dim], dtype),
             Q_pe: T.Tensor([batch, rows, pe_dim], dtype),
-            KV: T.Tensor([batch, seqlen, 1, dim], dtype),
-            K_pe: T.Tensor([batch, seqlen, 1, pe_dim], dtype),
+            KV: T.Tensor([batch, seqlen, 1, dim], kv_dtype),
+            K_pe: T.Tensor([batch, seqlen, 1, pe_dim], kv_dtype),
+            Kv_scale: kv_scale_t,
             Output: T.Tensor([batch, rows, dim], dtype),
             Lse: T.Tensor([batch, rows], accum),
     ):
@@ -461,9 +557,10 @@ def program(p: Plan):
             logsum = T.alloc_fragment([block_H], accum)
             scores_max = T.alloc_fragment([block_H], accum)
             T.use_swizzle(10)
-            attend(Q, Q_pe, KV, K_pe, None, bx, by, seqlen, 0, blocks_per_split, acc_o, logsum, scores_max)
+            attend(Q, Q_pe, KV, K_pe, Kv_scale, None, bx, by, seqlen, 0, blocks_per_split, acc_o, logsum,
+                   scores_max)
             for i in T.Parallel(block_H):
-                logsum[i] = (T.log2(logsum[i]) + scores_max[i] * scale) * LN2
+                logsum[i] = (T.log2(logsum[i]) + scores_max[i] * score_scale(s, Kv_scale)) * LN2
             T.copy(logsum, Lse[bx, by * block_H:(by + 1) * block_H])
             if in_shared:
                 O_shared = T.alloc_shared([block_H, dim], dtype)
@@ -555,10 +652,19 @@ class CompiledDecode(CompiledProgram):
     def __init__(self, shape: Shape, config: TileConfig, arch: str, sm_count: int):
         super().__init__(plan(shape, config, arch, sm_count), program, arch)
 
-    def __call__(self, q, q_pe, kv, k_pe, out, lse):
+    def __call__(self, q, q_pe, kv, k_pe, out, lse, kv_scale=None):
         """Launch on checked inputs; writes ``out`` and ``lse`` in place. q, q_pe and out may be 3-D or
-        [batch, s_q, heads, d], lse [batch, heads] or [batch, s_q, heads]: the kernel reads the rows view."""
-        return self.launch((as_rows(q, 3), as_rows(q_pe, 3), kv, k_pe), as_rows(out, 3), as_rows(lse, 2))
+        [batch, s_q, heads, d], lse [batch, heads] or [batch, s_q, heads]: the kernel reads the rows view.
+        An fp8 cache's ``kv_scale`` is a float32 tensor [1] on the device (scale_tensor)."""
+        cache = (kv, k_pe) + ((kv_scale,) if self.plan.shape.kv_fp8 else ())
+        return self.launch((as_rows(q, 3), as_rows(q_pe, 3), *cache), as_rows(out, 3), as_rows(lse, 2))
+
+
+def scale_tensor(kv_scale: float, device):
+    """An fp8 cache's kv_scale as the kernels read it: float32 [1] on ``device`` (make it outside a timed region)."""
+    import torch
+
+    return torch.tensor([kv_scale], dtype=torch.float32, device=device)
 
 
 _compiled: dict = {}
@@ -607,23 +713,42 @@ def check_query(named: dict) -> tuple[int, int, int, int, int]:
     return batch, s_q, heads, dim, pe_dim
 
 
-def check_inputs(q, q_pe, kv, k_pe) -> Shape:
+def check_dtypes(named: dict, cache: tuple, kv_scale) -> str:
+    """q and q_pe float16 or bfloat16; the ``cache`` tensors both in q's dtype or both in one fp8 format, which
+    takes a kv_scale (check_kv_scale). Returns the cache's dtype name ('bfloat16', 'float8_e4m3fn', ...)."""
+    import torch
+
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: must be a torch.Tensor, got {type(t).__name__}")
+    q = named["q"]
+    fp8 = tuple(getattr(torch, f) for f in FP8_DTYPES)
+    for name in ("q", "q_pe") + cache:
+        t = named[name]
+        if t.dtype not in (torch.float16, torch.bfloat16) + (fp8 if name in cache else ()):
+            allowed = "float16 or bfloat16" + (f" (or an fp8 format: {', '.join(FP8_DTYPES)})" if name in cache else "")
+            raise ValueError(f"{name}: dtype must be {allowed}, got {t.dtype}")
+    kv_dtype = named[cache[0]].dtype
+    for name in ("q_pe",) + cache:
+        t = named[name]
+        want = kv_dtype if name in cache and kv_dtype in fp8 else q.dtype
+        if t.dtype != want:
+            raise ValueError(f"{name}: dtype {t.dtype} differs from {'the cache' if want in fp8 else 'q'}'s {want}; "
+                             f"q and q_pe share one dtype, the cache q's or one fp8 format")
+    check_kv_scale(kv_scale, kv_dtype in fp8)
+    return str(kv_dtype).removeprefix("torch.")
+
+
+def check_inputs(q, q_pe, kv, k_pe, kv_scale=None) -> Shape:
     """Validate decode inputs before any launch; returns their Shape.
 
     Layout: q [batch, heads, dim] or [batch, s_q, heads, dim], q_pe likewise with pe_dim,
-    kv [batch, seqlen, 1, dim], k_pe [batch, seqlen, 1, pe_dim].
+    kv [batch, seqlen, 1, dim], k_pe [batch, seqlen, 1, pe_dim]: in q's dtype, or both fp8 with ``kv_scale``.
     """
     import torch
 
     named = {"q": q, "q_pe": q_pe, "kv": kv, "k_pe": k_pe}
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name}: must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in (torch.float16, torch.bfloat16):
-            raise ValueError(f"{name}: dtype must be float16 or bfloat16, got {t.dtype}")
-    for name, t in named.items():
-        if t.dtype != q.dtype:
-            raise ValueError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}; all inputs must share one dtype")
+    kv_dtype = check_dtypes(named, ("kv", "k_pe"), kv_scale)
     for name in ("kv", "k_pe"):
         if named[name].dim() != 4:
             raise ValueError(f"{name}: must have 4 dimensions, got shape {tuple(named[name].shape)}")
@@ -651,12 +776,14 @@ def check_inputs(q, q_pe, kv, k_pe) -> Shape:
             raise ValueError(f"{name}: contains NaN or Inf")
     check_device(named)
     dtype = "float16" if q.dtype == torch.float16 else "bfloat16"
-    shape = Shape(batch=batch, seqlen=seqlen, heads=heads, dtype=dtype, dim=dim, pe_dim=pe_dim, s_q=s_q)
+    shape = Shape(batch=batch, seqlen=seqlen, heads=heads, dtype=dtype, dim=dim, pe_dim=pe_dim, s_q=s_q,
+                  kv_dtype=kv_dtype)
     shape.check()
     return shape
 
 
-def mla_decode(q, q_pe, kv, k_pe, *, config: TileConfig | None = None, return_lse: bool = False):
+def mla_decode(q, q_pe, kv, k_pe, *, kv_scale: float | None = None, config: TileConfig | None = None,
+               return_lse: bool = False):
     """MLA decode attention: softmax(q·kᵀ / sqrt(dim + pe_dim)) · kv.
 
     q [batch, heads, dim] (one query token per sequence) or [batch, s_q, heads, dim] (s_q new tokens, causal:
@@ -664,19 +791,22 @@ def mla_decode(q, q_pe, kv, k_pe, *, config: TileConfig | None = None, return_ls
     and with ``return_lse`` also the natural-log log-sum-exp of q's shape less dim (float32).
     ``config`` defaults to the device architecture's family config, as tuned for this
     shape in kernels/tuned/<arch>.yaml where the table lists it.
+    An fp8 cache (kv and k_pe in the arch's FP8_FORMAT) takes ``kv_scale``: dequantized = fp8 value x kv_scale.
     """
     import torch
 
-    shape = check_inputs(q, q_pe, kv, k_pe)
+    shape = check_inputs(q, q_pe, kv, k_pe, kv_scale)
+    arch = device_arch(q.device)
+    check_kv_format(shape.kv_dtype, arch)
     if config is None:
         from mlagate.kernels import tuned  # here, not at the top: tuned imports this module
 
-        arch = device_arch(q.device)
         config = tuned.tuned_config(config_for_arch(arch).name, shape, arch)
     kernel = compiled(shape, config, q.device)
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:-1], device=q.device, dtype=torch.float32)
-    kernel(q, q_pe, kv, k_pe, out, lse)
+    scale = scale_tensor(kv_scale, q.device) if shape.kv_fp8 else None
+    kernel(q, q_pe, kv, k_pe, out, lse, scale)
     return (out, lse) if return_lse else out
 
 
@@ -692,16 +822,28 @@ def causal_mask(s_q: int, heads: int, seqlen: int, device):
     return torch.arange(seqlen, device=device)[None, :] < (seqlen - s_q + 1 + token)[:, None]
 
 
-def reference(q, q_pe, kv, k_pe, compute_dtype=None):
+def dequantized(kv, k_pe, kv_scale):
+    """An fp8 cache as the values it stands for, in float64 (exact: fp8 x a float32 scale needs < 53 bits); a
+    16-bit cache as it is."""
+    import torch
+
+    if kv.dtype not in tuple(getattr(torch, f) for f in FP8_DTYPES):
+        return kv, k_pe
+    return kv.to(torch.float64) * kv_scale, k_pe.to(torch.float64) * kv_scale
+
+
+def reference(q, q_pe, kv, k_pe, compute_dtype=None, *, kv_scale=None):
     """The seed's ref_program: concatenate latent + RoPE parts, softmax at scale
     (dim + pe_dim) ** -0.5, times the latent part; plus the natural-log lse.
     A 4-D q [batch, s_q, heads, dim] gets the kernels' causal mask (causal_mask); out and lse have q's shape.
+    An fp8 cache is dequantized first (``kv_scale``), so the reference is the kernel's task, not the quantization's.
 
     ``compute_dtype`` float32 (default) or float64 gives a reference; the input
     dtype gives torch's eager working-precision version (softmax in float32).
     """
     import torch
 
+    kv, k_pe = dequantized(kv, k_pe, kv_scale)
     cd = compute_dtype or torch.float32
     lead = q.shape[:-1]  # [batch, heads] or [batch, s_q, heads]
     s_q, heads = (q.shape[1], q.shape[2]) if q.dim() == 4 else (1, q.shape[1])
@@ -728,7 +870,8 @@ def reference(q, q_pe, kv, k_pe, compute_dtype=None):
 
 def random_inputs(shape: Shape, device="cpu", seed: int = 0):
     """Seeded standard-normal inputs (never zeros): q, q_pe, kv, k_pe; q and q_pe [batch, s_q, heads, d] where
-    s_q > 1, else [batch, heads, d]."""
+    s_q > 1, else [batch, heads, d]. An fp8 ``shape.kv_dtype`` gives the cache quantized (quantize) and its scale
+    fifth: q, q_pe, kv, k_pe, kv_scale."""
     import torch
 
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -738,7 +881,22 @@ def random_inputs(shape: Shape, device="cpu", seed: int = 0):
     def randn(*size):
         return torch.randn(*size, generator=gen, device=device, dtype=torch.float32).to(dtype)
 
-    return randn(*lead, shape.dim), randn(*lead, shape.pe_dim), randn(b, s, 1, shape.dim), randn(b, s, 1, shape.pe_dim)
+    inputs = (randn(*lead, shape.dim), randn(*lead, shape.pe_dim), randn(b, s, 1, shape.dim),
+              randn(b, s, 1, shape.pe_dim))
+    return inputs[:2] + quantize(*inputs[2:], shape.kv_dtype) if shape.kv_fp8 else inputs
+
+
+def quantize(kv, k_pe, kv_dtype: str):
+    """A 16-bit cache in ``kv_dtype`` (fp8) as a serving engine writes it: one per-tensor scale, amax / the format's
+    largest value, over both parts. Returns kv, k_pe, kv_scale (a float)."""
+    import torch
+
+    fp8 = getattr(torch, kv_dtype)
+    amax = max(kv.abs().max().item(), k_pe.abs().max().item())
+    # a float32 value, as the kernels read it; an all-zero cache: any scale dequantizes it exactly
+    kv_scale = torch.tensor(amax / torch.finfo(fp8).max, dtype=torch.float32).item() or 1.0
+    return (*((t.float() / kv_scale).clamp(-torch.finfo(fp8).max, torch.finfo(fp8).max).to(fp8) for t in (kv, k_pe)),
+            kv_scale)
 
 
 def query_lead(batch: int, s_q: int, heads: int) -> tuple:

@@ -57,18 +57,27 @@ class PagedShape:
     dim: int = 512
     pe_dim: int = 64
     s_q: int = 1  # query tokens per sequence, causal among themselves (mla_decode's module docstring)
+    kv_dtype: str | None = None  # the page pool's dtype: the query's (None gives it), or an fp8 format
+
+    def __post_init__(self):
+        if self.kv_dtype is None:
+            object.__setattr__(self, "kv_dtype", self.dtype)
+
+    @property
+    def kv_fp8(self) -> bool:
+        return self.kv_dtype in dense.FP8_DTYPES
 
     @classmethod
     def holding(cls, lengths, heads: int, page_size: int, dtype: str = "float16", dim: int = 512,
-                pe_dim: int = 64, s_q: int = 1) -> "PagedShape":
+                pe_dim: int = 64, s_q: int = 1, kv_dtype: str | None = None) -> "PagedShape":
         """The shape of a batch of sequences of ``lengths`` tokens: a block table just wide enough."""
         return cls(batch=len(lengths), heads=heads, max_pages=max(math.ceil(n / page_size) for n in lengths),
-                   page_size=page_size, dtype=dtype, dim=dim, pe_dim=pe_dim, s_q=s_q)
+                   page_size=page_size, dtype=dtype, dim=dim, pe_dim=pe_dim, s_q=s_q, kv_dtype=kv_dtype)
 
     def at_mean_length(self, lengths) -> dense.Shape:
         """The dense shape of this batch at its mean length: whose tuned config the paged kernel runs."""
         return dense.Shape(batch=self.batch, seqlen=sum(lengths) // self.batch, heads=self.heads,
-                           dtype=self.dtype, dim=self.dim, pe_dim=self.pe_dim, s_q=self.s_q)
+                           dtype=self.dtype, dim=self.dim, pe_dim=self.pe_dim, s_q=self.s_q, kv_dtype=self.kv_dtype)
 
     @property
     def rows(self) -> int:
@@ -88,7 +97,7 @@ class PagedShape:
     def dense(self) -> dense.Shape:
         """The dense shape of a batch at full capacity, for the dense kernel's split and thread rules."""
         return dense.Shape(batch=self.batch, seqlen=self.capacity, heads=self.heads, dtype=self.dtype,
-                           dim=self.dim, pe_dim=self.pe_dim, s_q=self.s_q)
+                           dim=self.dim, pe_dim=self.pe_dim, s_q=self.s_q, kv_dtype=self.kv_dtype)
 
     def check(self) -> None:
         for name in ("batch", "heads", "max_pages", "page_size", "dim", "pe_dim"):
@@ -97,6 +106,7 @@ class PagedShape:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        dense.check_kv_dtype(self.kv_dtype, self.dtype)
         dense.check_s_q(self.s_q)
 
 
@@ -133,8 +143,8 @@ def plan(shape: PagedShape, config: TileConfig, arch: str, sm_count: int | None 
     p = dense.plan(shape.dense(), config, arch, sm_count)
     if config.num_split == 0:  # "fill the device": the balanced schedule, one partition per SM and head block
         sms = sm_count or dense.SM_COUNT.get(arch.split(":")[0], 132)
-        return PagedPlan(shape, config, 0, p.block_H, p.threads, parts=max(1, sms // (shape.rows // p.block_H)))
-    return PagedPlan(shape, config, p.num_split, p.block_H, p.threads)
+        return PagedPlan(shape, p.config, 0, p.block_H, p.threads, parts=max(1, sms // (shape.rows // p.block_H)))
+    return PagedPlan(shape, p.config, p.num_split, p.block_H, p.threads)
 
 
 def split_tokens(seqlen, num_split: int, block_N: int):
@@ -204,7 +214,7 @@ def program(p: PagedPlan):
     dtype, accum, index = s.dtype, "float32", "int32"
     block_N, block_H, num_split = c.block_N, p.block_H, p.num_split
     head_blocks = rows // block_H
-    scale = s.scale
+    kv_dtype, kv_scale_t = s.kv_dtype, dense.kv_scale_param(s)
     in_shared = c.operands_in_shared
     gather = p.gather
     num_pages = T.dynamic("num_pages")
@@ -240,8 +250,9 @@ def program(p: PagedPlan):
         def main_balanced(
                 Q: T.Tensor([batch, rows, dim], dtype),
                 Q_pe: T.Tensor([batch, rows, pe_dim], dtype),
-                KV: T.Tensor([num_pages, page_size, dim], dtype),
-                K_pe: T.Tensor([num_pages, page_size, pe_dim], dtype),
+                KV: T.Tensor([num_pages, page_size, dim], kv_dtype),
+                K_pe: T.Tensor([num_pages, page_size, pe_dim], kv_dtype),
+                Kv_scale: kv_scale_t,
                 Block_table: T.Tensor([batch, max_pages], index),
                 Cache_seqlens: T.Tensor([batch], index),
                 Parts: T.Tensor([parts, 2], index),
@@ -261,10 +272,10 @@ def program(p: PagedPlan):
                     piece = Parts[bx, 0] + w
                     seq = Pieces[piece, 0]
                     first_token = Pieces[piece, 1]
-                    attend(Q, Q_pe, KV, K_pe, Block_table, seq, by, Cache_seqlens[seq], first_token,
+                    attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, seq, by, Cache_seqlens[seq], first_token,
                            T.ceildiv(Pieces[piece, 2] - first_token, block_N), acc_o, logsum, scores_max)
                     for i in T.Parallel(block_H):
-                        logsum[i] = T.log2(logsum[i]) + scores_max[i] * scale
+                        logsum[i] = T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale)
                     T.copy(logsum, glse[piece, by * block_H:(by + 1) * block_H])
                     T.copy(acc_o, O_partial[piece, by * block_H:(by + 1) * block_H, :])
 
@@ -277,8 +288,9 @@ def program(p: PagedPlan):
     def main_split(
             Q: T.Tensor([batch, rows, dim], dtype),
             Q_pe: T.Tensor([batch, rows, pe_dim], dtype),
-            KV: T.Tensor([num_pages, page_size, dim], dtype),
-            K_pe: T.Tensor([num_pages, page_size, pe_dim], dtype),
+            KV: T.Tensor([num_pages, page_size, dim], kv_dtype),
+            K_pe: T.Tensor([num_pages, page_size, pe_dim], kv_dtype),
+            Kv_scale: kv_scale_t,
             Block_table: T.Tensor([batch, max_pages], index),
             Cache_seqlens: T.Tensor([batch], index),
             glse: T.Tensor([batch, rows, num_split], accum),
@@ -296,9 +308,11 @@ def program(p: PagedPlan):
             first_token = bz * split_len
             # Tiles up to the split's end or the sequence's, whichever is first: none for a split past the end.
             n_blocks = T.ceildiv(T.max(T.min(split_len, seqlen - first_token), 0), block_N)
-            attend(Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max)
+            attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum,
+                   scores_max)
             for i in T.Parallel(block_H):
-                logsum[i] = T.if_then_else(logsum[i] > 0, T.log2(logsum[i]) + scores_max[i] * scale,
+                logsum[i] = T.if_then_else(logsum[i] > 0,
+                                           T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale),
                                            -T.infinity(accum))
             T.copy(logsum, glse[bx, by * block_H:(by + 1) * block_H, bz])
             T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
@@ -312,8 +326,9 @@ def program(p: PagedPlan):
     def main_no_split(
             Q: T.Tensor([batch, rows, dim], dtype),
             Q_pe: T.Tensor([batch, rows, pe_dim], dtype),
-            KV: T.Tensor([num_pages, page_size, dim], dtype),
-            K_pe: T.Tensor([num_pages, page_size, pe_dim], dtype),
+            KV: T.Tensor([num_pages, page_size, dim], kv_dtype),
+            K_pe: T.Tensor([num_pages, page_size, pe_dim], kv_dtype),
+            Kv_scale: kv_scale_t,
             Block_table: T.Tensor([batch, max_pages], index),
             Cache_seqlens: T.Tensor([batch], index),
             Output: T.Tensor([batch, rows, dim], dtype),
@@ -325,10 +340,10 @@ def program(p: PagedPlan):
             scores_max = T.alloc_fragment([block_H], accum)
             T.use_swizzle(10)
             seqlen = Cache_seqlens[bx]
-            attend(Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, 0, T.ceildiv(seqlen, block_N),
+            attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, 0, T.ceildiv(seqlen, block_N),
                    acc_o, logsum, scores_max)
             for i in T.Parallel(block_H):
-                logsum[i] = (T.log2(logsum[i]) + scores_max[i] * scale) * LN2
+                logsum[i] = (T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale)) * LN2
             T.copy(logsum, Lse[bx, by * block_H:(by + 1) * block_H])
             if in_shared:
                 O_shared = T.alloc_shared([block_H, dim], dtype)
@@ -380,12 +395,15 @@ class CompiledPagedDecode(dense.CompiledProgram):
                 torch.empty(len(sched.pieces), rows, device=device, dtype=torch.float32),
                 torch.empty(len(sched.pieces), rows, dim, device=device, dtype=torch.float32))
 
-    def __call__(self, q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse, batch=None):
+    def __call__(self, q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse, batch=None,
+                 kv_scale=None):
         """Launch on checked inputs; writes ``out`` and ``lse`` in place (3-D or 4-D q, as the dense kernel). A
         balanced plan takes its ``batch`` (CompiledPagedDecode.batch of these lengths' schedule), else reads the
-        lengths and builds it (a host sync)."""
+        lengths and builds it (a host sync). An fp8 cache's ``kv_scale``: float32 [1] on the device
+        (mla_decode.scale_tensor)."""
         rows = dense.as_rows
-        inputs = (rows(q, 3), rows(q_pe, 3), kv_cache, k_pe_cache, block_table, cache_seqlens)
+        scale = (kv_scale,) if self.plan.shape.kv_fp8 else ()
+        inputs = (rows(q, 3), rows(q_pe, 3), kv_cache, k_pe_cache, *scale, block_table, cache_seqlens)
         if self.plan.parts:
             inputs += batch or self.batch(self.schedule(cache_seqlens.tolist()), q.device)
         return self.launch(inputs, rows(out, 3), rows(lse, 2))
@@ -399,8 +417,8 @@ class BatchLaunch:
         self.schedule = kernel.schedule(lengths)
         self._batch = kernel.batch(self.schedule, device)
 
-    def __call__(self, *args):
-        return self.kernel(*args, batch=self._batch)
+    def __call__(self, *args, kv_scale=None):
+        return self.kernel(*args, batch=self._batch, kv_scale=kv_scale)
 
 
 _compiled: dict = {}
@@ -421,26 +439,22 @@ def compiled(shape: PagedShape, config: TileConfig, device=None, lengths=None):
     return BatchLaunch(kernel, list(lengths), device) if lengths and kernel.plan.parts else kernel
 
 
-def check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens) -> PagedShape:
+def check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, kv_scale=None) -> PagedShape:
     """Validate paged decode inputs before any launch; returns their PagedShape.
 
     Layout: q [batch, heads, dim] or [batch, s_q, heads, dim], q_pe likewise, kv_cache [num_pages, page_size, dim],
-    k_pe_cache [num_pages, page_size, pe_dim], block_table [batch, max_pages] int32,
-    cache_seqlens [batch] int32. Reads the lengths and the used table entries (a host sync).
+    k_pe_cache [num_pages, page_size, pe_dim] (in q's dtype, or both fp8 with ``kv_scale``), block_table
+    [batch, max_pages] int32, cache_seqlens [batch] int32. Reads the lengths and the used table entries (a host sync).
     """
     import torch
 
     named = {"q": q, "q_pe": q_pe, "kv_cache": kv_cache, "k_pe_cache": k_pe_cache,
              "block_table": block_table, "cache_seqlens": cache_seqlens}
+    kv_dtype = dense.check_dtypes({k: named[k] for k in ("q", "q_pe", "kv_cache", "k_pe_cache")},
+                                  ("kv_cache", "k_pe_cache"), kv_scale)
     for name, t in named.items():
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name}: must be a torch.Tensor, got {type(t).__name__}")
-    for name in ("q", "q_pe", "kv_cache", "k_pe_cache"):
-        t = named[name]
-        if t.dtype not in (torch.float16, torch.bfloat16):
-            raise ValueError(f"{name}: dtype must be float16 or bfloat16, got {t.dtype}")
-        if t.dtype != q.dtype:
-            raise ValueError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}; all inputs must share one dtype")
     for name in ("block_table", "cache_seqlens"):
         if named[name].dtype != torch.int32:
             raise ValueError(f"{name}: dtype must be torch.int32, got {named[name].dtype}")
@@ -487,12 +501,12 @@ def check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens
     check_device(named)
     dtype = "float16" if q.dtype == torch.float16 else "bfloat16"
     shape = PagedShape(batch=batch, heads=heads, max_pages=max_pages, page_size=page_size, dtype=dtype,
-                       dim=dim, pe_dim=pe_dim, s_q=s_q)
+                       dim=dim, pe_dim=pe_dim, s_q=s_q, kv_dtype=kv_dtype)
     shape.check()
     return shape
 
 
-def mla_decode_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, *,
+def mla_decode_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, *, kv_scale: float | None = None,
                      config: TileConfig | None = None, return_lse: bool = False):
     """MLA decode over a paged KV cache: per sequence b, softmax(q·kᵀ / sqrt(dim + pe_dim)) · v
     over its cache_seqlens[b] tokens, found through block_table[b].
@@ -500,16 +514,19 @@ def mla_decode_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, 
     q as mla_decode.mla_decode takes it (3-D, or [batch, s_q, heads, dim]: causal, the new tokens are each
     sequence's last s_q positions). Returns ``out`` of q's shape in the input dtype, and with ``return_lse``
     also the natural-log log-sum-exp of q's shape less dim (float32). ``config`` defaults to the device
-    architecture's family config.
+    architecture's family config. An fp8 cache (both pools in the arch's mla_decode.FP8_FORMAT) takes
+    ``kv_scale``: dequantized = fp8 value x kv_scale.
     """
     import torch
 
-    shape = check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens)
+    shape = check_paged_inputs(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, kv_scale)
+    dense.check_kv_format(shape.kv_dtype, device_arch(q.device))
     config = config or dense.config_for_arch(device_arch(q.device))
     kernel = compiled(shape, config, q.device, cache_seqlens.tolist())  # check_paged_inputs read them already
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:-1], device=q.device, dtype=torch.float32)
-    kernel(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse)
+    scale = dense.scale_tensor(kv_scale, q.device) if shape.kv_fp8 else None
+    kernel(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, out, lse, kv_scale=scale)
     return (out, lse) if return_lse else out
 
 
@@ -523,11 +540,14 @@ def gather_sequence(kv_cache, block_table, b: int, length: int):
     return kv_cache[pages].reshape(-1, kv_cache.shape[2])[:length]
 
 
-def reference_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, compute_dtype=None):
+def reference_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, compute_dtype=None, *,
+                    kv_scale=None):
     """kernels/mla_decode.py's dense reference (its causal mask at 4-D q), per sequence, on the tokens its
-    block table names: float32 out of q's shape and natural-log lse of q's shape less dim."""
+    block table names: float32 out of q's shape and natural-log lse of q's shape less dim. An fp8 cache is
+    dequantized first (``kv_scale``)."""
     import torch
 
+    kv_cache, k_pe_cache = dense.dequantized(kv_cache, k_pe_cache, kv_scale)
     outs, lses = [], []
     for b, length in enumerate(cache_seqlens.tolist()):
         kv = gather_sequence(kv_cache, block_table, b, length)[None, :, None]
@@ -540,11 +560,12 @@ def reference_paged(q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, c
 
 def random_paged_inputs(batch: int, heads: int, lengths, page_size: int, dtype: str = "float16",
                         device="cpu", seed: int = 0, shuffle: bool = True, dim: int = 512, pe_dim: int = 64,
-                        s_q: int = 1):
+                        s_q: int = 1, kv_dtype: str | None = None):
     """Seeded standard-normal inputs for sequences of ``lengths`` tokens: q, q_pe, kv_cache,
     k_pe_cache, block_table, cache_seqlens. The cache holds exactly the pages the sequences use,
     handed out in a shuffled order (``shuffle``) or in sequence order; unused table entries are -1.
-    q and q_pe are [batch, s_q, heads, d] where s_q > 1."""
+    q and q_pe are [batch, s_q, heads, d] where s_q > 1. An fp8 ``kv_dtype`` gives both pools quantized
+    (mla_decode.quantize) and their scale last: ..., block_table, cache_seqlens, kv_scale."""
     import torch
 
     lengths = list(lengths)
@@ -567,5 +588,10 @@ def random_paged_inputs(batch: int, heads: int, lengths, page_size: int, dtype: 
         taken += n
     cache_seqlens = torch.tensor(lengths, dtype=torch.int32, device=device)
     lead = dense.query_lead(batch, s_q, heads)
-    return (randn(*lead, dim), randn(*lead, pe_dim), randn(num_pages, page_size, dim),
-            randn(num_pages, page_size, pe_dim), block_table, cache_seqlens)
+    q, q_pe, kv_cache, k_pe_cache = (randn(*lead, dim), randn(*lead, pe_dim), randn(num_pages, page_size, dim),
+                                     randn(num_pages, page_size, pe_dim))
+    if kv_dtype in (None, dtype):
+        return q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens
+    dense.check_kv_dtype(kv_dtype, dtype)
+    kv_cache, k_pe_cache, kv_scale = dense.quantize(kv_cache, k_pe_cache, kv_dtype)
+    return q, q_pe, kv_cache, k_pe_cache, block_table, cache_seqlens, kv_scale

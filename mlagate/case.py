@@ -139,6 +139,7 @@ class CaseResult:
     gbps: float | None = None
     roofline: float | None = None  # share of the arch's roofline (perf.yml peaks)
     vendor_ratio: float | None = None  # TFLOPs over the vendor kernel's, same point and GPU
+    kernels: tuple = ()  # a vendor case's GPU kernels that ran, by name (measure/kernels_run.py)
 
     def to_dict(self) -> dict:
         d = {**asdict(self.case), "lengths": list(self.case.lengths), "status": self.status.value,
@@ -147,6 +148,8 @@ class CaseResult:
         d.update((name, getattr(self, name)) for name in METRICS if getattr(self, name) is not None)
         if self.ci99_ms is not None:
             d["ci99_ms"] = list(self.ci99_ms)
+        if self.kernels:
+            d["kernels"] = list(self.kernels)
         return d
 
     @classmethod
@@ -160,4 +163,4 @@ class CaseResult:
             known["ci99_ms"] = tuple(known["ci99_ms"])
         return cls(case, RunStatus(d["status"]), d.get("reason"),
                    Samples.from_dict(d["samples"]) if d.get("samples") else None, d.get("error") or {},
-                   d.get("gpu"), **known)
+                   d.get("gpu"), **known, kernels=tuple(d.get("kernels") or ()))

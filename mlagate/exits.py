@@ -6,7 +6,8 @@ tools fail closed). 1 means that the one check a command makes did not pass; tha
 check differs per command, so each meaning has its own name here, and :data:`ONE`
 says it per subcommand (``--help`` prints :func:`epilog`, made from this table). For
 the gate, 1 means "regression" and nothing else (mlagate.decide.vocabulary.EXIT_CODE
-maps each of its outcomes to a code here).
+maps each of its outcomes to a code here); a case its re-measure could not decide (unsure,
+where perf.yml's gate.confirm.unsure is fail) is 2, as every other "could not decide" is.
 """
 
 OK = 0
@@ -21,6 +22,9 @@ ERROR = 2
 
 DONE = "done"
 FAILED = "error: bad input, a missing or corrupt file, a config value out of range, or a bug; nothing decided"
+# What 2 means besides, per subcommand.
+TWO = {"gate": "unsure: a case the interleaved re-measure could not decide within gate.confirm's budget "
+               "(gate.confirm.unsure: fail)"}
 
 # What exit 1 means, per subcommand; a subcommand not named here never exits 1.
 ONE = {
@@ -43,7 +47,9 @@ def codes(command: str | None = None) -> list:
         ones = [(code, f"{name}: {meaning}") for name, (code, meaning) in ONE.items()]
     else:
         ones = [ONE[command]] if command in ONE else []
-    return [(OK, DONE), *ones, (ERROR, FAILED)]
+    two = FAILED + "".join(f"; {text}" if command else f"; {name}: {text}" for name, text in TWO.items()
+                           if command in (None, name))
+    return [(OK, DONE), *ones, (ERROR, two)]
 
 
 def epilog(command: str | None = None) -> str:

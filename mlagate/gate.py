@@ -9,7 +9,7 @@ from pathlib import Path
 from mlagate import gitops
 from mlagate.atomic import check_output_folder, output_set
 from mlagate.config import Config, ConfigError
-from mlagate.decide import acceptance, build_rules, schedule, verdict
+from mlagate.decide import acceptance, build_rules, remeasure, schedule, verdict
 from mlagate.decide.vocabulary import Kind, Note
 from mlagate.gitops import GitError, git, resolve
 from mlagate.report import comparison
@@ -112,8 +112,9 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
 
         cases = [cfg.case(c.case, platform) for c in flagged]
         echo(f"confirming {len(cases)} flagged case(s) with an interleaved base/head re-measure")
-        confirmations = interleaved.interleaved(cases, gitops.repository(), base_commit, head_commit, cfg.timing,
-                                                cfg.gate.confirm_rounds)
+        thresholds = {c.case: verdict.confirm_threshold(c, cfg, cfg.gate.ratio[platform]) for c in flagged}
+        confirmations = interleaved.interleaved_until(cases, gitops.repository(), base_commit, head_commit,
+                                                      cfg.timing, remeasure.stop_rule(cfg.gate.confirm, thresholds))
         decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history,
                                    confirmations=confirmations, envs=envs, marks=marks)
     elif flagged:

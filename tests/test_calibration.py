@@ -21,7 +21,7 @@ def test_five_percent_fails_and_no_change_passes(case):
     g = config.load().gate
     rounds = NOISE[case]["samples"]
     curve = calibration.detection_curve(rounds, [0.0, 0.05], screen=g.screen, threshold=g.threshold, alpha=g.alpha,
-                                        confirm_rounds=min(g.confirm_rounds, (len(rounds) - 2) // 2),
+                                        confirm_rounds=min(g.confirm.min_rounds, (len(rounds) - 2) // 2),
                                         confirm_share=confirm_share(), trials=200)
     (_, _, false_alarm), (_, _, detected) = curve
     assert false_alarm <= 0.01

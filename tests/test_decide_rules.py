@@ -92,8 +92,9 @@ def notes(found) -> list:
 # -- verdicts and exit codes ------------------------------------------------------
 
 def test_exit_codes_and_labels():
-    assert [decide.Verdict(o, []).exit_code for o in Outcome] == [0, 1, 2]
-    assert EXIT_CODE == {Outcome.PASS: exits.OK, Outcome.REGRESSION: exits.REGRESSION, Outcome.ERROR: exits.ERROR}
+    assert [decide.Verdict(o, []).exit_code for o in Outcome] == [0, 1, 2, 2]  # unsure: could not decide
+    assert EXIT_CODE == {Outcome.PASS: exits.OK, Outcome.REGRESSION: exits.REGRESSION, Outcome.UNSURE: exits.ERROR,
+                         Outcome.ERROR: exits.ERROR}
     assert decide.CaseVerdict(HOP, Status.PASS).label == "tilelang-hopper h=128 b=64 s=4096 float16"
     flagged = decide.CaseVerdict(HOP, Status.PASS, flagged=True)
     assert decide.Verdict(Outcome.PASS, [decide.CaseVerdict(CDNA, Status.PASS), flagged]).flagged() == [flagged]
@@ -101,11 +102,12 @@ def test_exit_codes_and_labels():
 
 def test_statuses_and_outcomes_are_the_strings_the_report_and_json_show():
     assert [s.value for s in Status] == ["pass", "regression", "error", "no_baseline", "removed", "skipped",
-                                         "accepted"]
+                                         "accepted", "unsure"]
     # the PR comment's template shows each of them (anything else reads "?")
     template = (Path(__file__).parent.parent / ".github/workflows/perf-comment.yml").read_text()
-    assert 'IN("pass", "regression", "error", "no_baseline", "removed", "skipped", "accepted")' in template
-    assert [o.value for o in Outcome] == ["pass", "regression", "error"]
+    assert 'IN("pass", "regression", "error", "no_baseline", "removed", "skipped", "accepted", "unsure")' in template
+    assert [o.value for o in Outcome] == ["pass", "regression", "unsure", "error"]
+    assert 'IN("pass", "regression", "unsure", "error")' in template
     assert f"{Status.NO_BASELINE}" == "no_baseline" and json.dumps([Outcome.ERROR]) == '["error"]'
     # a plain string is read as its member, so the comparisons in evaluate hold for it too
     assert decide.CaseVerdict(HOP, "removed").status is Status.REMOVED
@@ -600,9 +602,11 @@ def test_parse_keeps_every_value_of_perf_yml():
         g["latency"]["min_samples"])
     assert {k: (r.floor, r.max_drop) for k, r in gt.ratio.items()} == {
         k: (r["floor"], r["max_drop"]) for k, r in g["vendor_ratio"].items()}
-    assert (gt.drift_lookback, gt.drift_max_slowdown, gt.confirm_rounds, gt.max_new_spill_bytes,
-            gt.shared_memory_limit) == (g["drift"]["lookback"], g["drift"]["max_slowdown"], g["confirm"]["rounds"],
-                                        g["build"]["max_new_spill_bytes"], g["build"]["shared_memory_limit"])
+    assert (gt.drift_lookback, gt.drift_max_slowdown, gt.max_new_spill_bytes, gt.shared_memory_limit) == (
+        g["drift"]["lookback"], g["drift"]["max_slowdown"], g["build"]["max_new_spill_bytes"],
+        g["build"]["shared_memory_limit"])
+    c = g["confirm"]
+    assert gt.confirm == config.Confirm(c["min_rounds"], c["max_rounds"], c["budget_s"], c["unsure"] == "fail")
 
 
 def reordered(value):
@@ -647,7 +651,10 @@ BOUNDARIES = [
     ("gate__latency__min_samples", lambda c: c.gate.min_samples, 3, 2, "must be >= 3, got 2"),
     ("gate__drift__lookback", lambda c: c.gate.drift_lookback, 2, 1, "must be >= 2, got 1"),
     ("gate__drift__max_slowdown", lambda c: c.gate.drift_max_slowdown, 0.5, 0, "must be > 0, got 0.0"),
-    ("gate__confirm__rounds", lambda c: c.gate.confirm_rounds, 2, 1, "must be >= 2, got 1"),
+    ("gate__confirm__min_rounds", lambda c: c.gate.confirm.min_rounds, 2, 1, "must be >= 2, got 1"),
+    ("gate__confirm__max_rounds", lambda c: c.gate.confirm.max_rounds, 6, 5,
+     "must be >= gate.confirm.min_rounds (6), got 5"),
+    ("gate__confirm__budget_s", lambda c: c.gate.confirm.budget_s, 0.5, 0, "must be > 0, got 0.0"),
     ("gate__build__max_new_spill_bytes", lambda c: c.gate.max_new_spill_bytes, 0, -1, "must be >= 0, got -1"),
     ("gate__build__shared_memory_limit__sm_90", lambda c: c.gate.shared_memory_limit["sm_90"], 1, 0,
      "must be >= 1, got 0"),
@@ -903,3 +910,14 @@ def test_a_corrupt_sidecar_is_a_problem_naming_its_path(tmp_path):
     assert s.problems[0].path == str(path) and s.problems[0].reason.startswith("corrupt sidecar (")
     s.read_sidecar("m", A, "env")
     assert len(s.problems) == 1  # reported once
+
+
+def test_gate_confirm_unsure_is_fail_or_pass_and_nothing_else():
+    assert config.parse(with_values(gate__confirm__unsure="pass")).gate.confirm.unsure_fails is False
+    assert config.parse(with_values(gate__confirm__unsure="fail")).gate.confirm.unsure_fails is True
+    with pytest.raises(config.ConfigError, match=r"^gate.confirm.unsure: must be one of fail, pass, got 'maybe'$"):
+        config.parse(with_values(gate__confirm__unsure="maybe"))
+    with pytest.raises(config.ConfigError, match=r"^gate.confirm.unsure: must be str, got True$"):
+        config.parse(with_values(gate__confirm__unsure=True))
+    with pytest.raises(config.ConfigError, match=r"^gate.confirm.rounds: unknown key"):
+        config.parse(with_values(gate__confirm__rounds=10))  # the fixed round count is gone

@@ -53,6 +53,23 @@ def test_a_one_token_sequence_beside_a_32k_one_over_shuffled_pages(impl):
     assert _checked_or_skip(impl, Inputs(case, environment.device()))["max_abs"] < 0.01
 
 
+
+@pytest.mark.parametrize("impl", environment.VENDORS)
+def test_a_vendor_case_names_the_kernels_it_ran(impl):
+    """The profiler watches one untimed call after the samples: the kernels' names, each once."""
+    from mlagate.measure.harness import measure_case
+
+    cfg = config.load()
+    case = Case(impl, 64, 4096, cfg.platform(environment.platform()).dtypes[0], 16)
+    result = measure_case(case, cfg.timing, Inputs(case, environment.device()), environment.device())
+    if result.status.value == "skipped":
+        pytest.skip(result.reason)
+    assert result.status.value == "ok" and result.kernels, result.reason
+    assert all(isinstance(n, str) and n for n in result.kernels) and len(set(result.kernels)) == len(result.kernels)
+    assert not any(n.startswith(("Memcpy", "Memset")) for n in result.kernels)
+    print(f"{impl}: {result.kernels}")
+
+
 def _fp8_cache(t, fmt: str):
     """``t`` quantized to ``fmt`` with one per-tensor scale (amax to the format's largest finite value)."""
     dtype = getattr(torch, fmt)

@@ -160,7 +160,26 @@ def test_register_resident_scores_get_one_warp_per_16_heads(heads, arch, threads
     """More warps than 16-row tiles of the head block leave a warp without rows: TileLang then fails to
     lay out the scores ("Layout infer conflict between acc_s and P_buf" at TP8's 16 heads on gfx942)."""
     assert m.plan(m.Shape(batch=64, seqlen=4096, heads=heads), m.CDNA3, arch).threads == threads
-    assert m.plan(m.Shape(batch=64, seqlen=4096, heads=heads), m.HOPPER, arch).threads == m.HOPPER.threads
+    hopper = m.plan(m.Shape(batch=64, seqlen=4096, heads=heads), m.HOPPER, arch)
+    assert hopper.threads == (m.HOPPER.threads if heads >= 64 else m.WARPGROUP)  # under a wgmma tile: one warpgroup
+
+
+@pytest.mark.parametrize("heads,s_q,one_warpgroup", [(16, 1, True), (16, 2, True), (16, 4, False), (32, 1, True),
+                                                     (32, 2, False), (64, 1, False), (8, 2, True)])
+def test_a_shared_operand_head_block_under_a_wgmma_tile_runs_one_warpgroup_along_its_rows(heads, s_q, one_warpgroup):
+    """Under 64 rows the GEMMs are mma.sync: one warpgroup, warps split the rows (FullRow), dense and paged, whatever
+    the config's threads and policy; a 64-row block keeps the config's own."""
+    from mlagate.kernels import mla_decode_paged as paged
+
+    shape = m.Shape(batch=64, seqlen=4096, heads=heads, s_q=s_q)
+    for config in (m.HOPPER, m.HOPPER.with_(threads=256, policy="FullCol"), m.HOPPER.with_(threads=128)):
+        p = m.plan(shape, config, "sm_90a")
+        expected = (m.WARPGROUP, "FullRow") if one_warpgroup else (config.threads, config.policy)
+        assert (p.threads, p.config.policy) == expected
+        pp = paged.plan(paged.PagedShape.holding([4096] * 64, heads, 64, "float16", s_q=s_q), config.with_(num_split=0),
+                        "sm_90a")
+        assert (pp.threads, pp.config.policy) == expected
+    assert m.plan(shape, m.CDNA3, "gfx942").config == m.CDNA3  # register-resident: its own rule (threads_for)
 
 
 def naive_float64(q, q_pe, kv, k_pe):

@@ -205,7 +205,7 @@ def test_a_gate_verdict_becomes_a_step_result_and_a_missing_case_says_so():
     verdict = Verdict(Outcome.REGRESSION, [flagged, cleared], base="b", head="h")
     result = ladder.step_result(verdict, CASES, calibrated, 2, 5.0, "h" * 40)
     assert result["untouched"] == [{"case": list(UNSPUN.key), "label": UNSPUN.label(), "recorded": 0.013,
-                                    "confirmed": -0.002, "status": "pass"}]
+                                    "confirmed": -0.002, "status": "pass", "clock": None}]
     first, second = result["cases"]
     assert (result["rep"], result["exit_code"], result["outcome"]) == (2, 1, "regression")
     assert (first["injected"], first["recorded"], first["confirmed"], first["status"]) == (0.051, 0.049, 0.053,
@@ -321,7 +321,10 @@ def gpu(repo, clock, monkeypatch):
             self.root = Path(root)
 
         def load(self, machine, commit):
-            return object() if (self.root, machine, commit) in recorded else None
+            return SimpleNamespace(entries=lambda bench: {}) if (self.root, machine, commit) in recorded else None
+
+        def read_sidecar(self, machine, commit, kind):
+            return None  # no windows: the untouched cases' clock changes read nothing
 
     def fake_record(rev, *, results, machine, grid="full", impls=None, echo=print, **_):
         seen.records.append((Path(results).parent.name, rev, grid, tuple(impls)))
@@ -371,10 +374,12 @@ def test_the_ladder_calibrates_commits_records_gates_and_tabulates(gpu, repo, tm
     out = tmp_path / "out"
     base = gitops.resolve("HEAD")
     assert cli.main(["ladder", "--base", "HEAD", "--reps", "2", "--out", str(out), "--machine", "m", *PIPELINED]) == 0
-    doc = json.loads((out / "ladder.json").read_text())
-    assert (out / "ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = json.loads((out / "summary" / "ladder.json").read_text())
+    assert (out / "summary" / "ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
-    assert (out / "ladder.md").read_text() in printed
+    assert (out / "summary" / "ladder.md").read_text() in printed
+    assert sorted(p.name for p in (out / "summary").iterdir()) == [".mlagate-output", "ladder.json", "ladder.md",
+                                                                    "ladder.png"]  # one set, swapped in whole
 
     cal = json.loads((out / "calibration.json").read_text())["cases_calibrated"]
     b64, b128 = (cal[c.label()] for c in CASES)
@@ -405,7 +410,7 @@ def test_the_ladder_calibrates_commits_records_gates_and_tabulates(gpu, repo, tm
     summary = {s["step"]: s for s in doc["summary"]}
     assert [summary[s]["fail"] for s in (0, 1, 2, 3, 5, 8)] == [0, 0, 0, 4, 4, 4]
     assert summary[2]["max_confirmed_pp"] is not None and summary[1]["max_confirmed_pp"] is None  # 1%: not flagged
-    md = (out / "ladder.md").read_text()
+    md = (out / "summary" / "ladder.md").read_text()
     assert "| 2 | 8% | tilelang-hopper h=16 b=128 s=4096 float16 |" in md and "†" not in md
     assert [(u["label"], u["n"], u["within"]) for u in doc["untouched"]] == [(UNSPUN.label(), 12, 12)]
     assert doc["untouched"][0]["max_pp"] == pytest.approx(0.2) and "noise floor" in md
@@ -418,17 +423,17 @@ def test_a_killed_ladder_resumes_without_redoing_finished_steps(gpu, repo, tmp_p
     gpu.fail_gate_at = ("rep2", "step 3%")
     assert cli.main(args) == 2  # the gate of rep 2, step 3 dies: exit 2; rep 1 and rep 2's step 0 are kept
     assert sorted(p.name for p in (out / "rep2").glob("step*.json")) == ["step0.json"]
-    assert len(list((out / "rep1").glob("step*.json"))) == 3 and not (out / "ladder.json").exists()
+    assert len(list((out / "rep1").glob("step*.json"))) == 3 and not (out / "summary" / "ladder.json").exists()
     first_alternates, first_refs = len(gpu.alternates), sh(repo, "for-each-ref", "refs/mlagate/ladder/")
 
     gpu.fail_gate_at, gpu.records[:], gpu.gates[:] = None, [], []
     assert cli.main(args) == 0
     assert len(gpu.alternates) == first_alternates  # the calibration is reused
     assert sh(repo, "for-each-ref", "refs/mlagate/ladder/") == first_refs  # so are the commits
-    commits = json.loads((out / "ladder.json").read_text())["commits"]
+    commits = json.loads((out / "summary" / "ladder.json").read_text())["commits"]
     assert [r[:2] for r in gpu.records] == [("rep2", commits["5"])]  # step 3 was recorded before its gate died
     assert gpu.gates == [("rep2", commits["3"]), ("rep2", commits["5"])]
-    assert len(json.loads((out / "ladder.json").read_text())["table"]) == 2 * 3 * 2
+    assert len(json.loads((out / "summary" / "ladder.json").read_text())["table"]) == 2 * 3 * 2
 
 
 @pytest.mark.parametrize("extra, option", [
@@ -490,9 +495,15 @@ def test_the_report_marks_unconfirmed_steps(tmp_path):
     doc = {"run_id": "r", "base": "b" * 40, "reps": 1, "grid": "quick", "machine": "m", "steps_run": runs,
            "gate": {"screen": 0.0125, "threshold": 0.025}, "table": table, "summary": ladder.summary(table, (1, 5))}
     md = report.markdown(doc)
-    assert f"| 1 | 1% | {CASES[0].label()} | +1.50% | +1.30% | – | 0.20 | – | ✅ pass |" in md
-    assert f"| 1 | 5% | {CASES[0].label()} | +5.00% | +5.20% | +4.90% | 0.20 | 0.10 | ❌ regression |" in md
-    assert "| 5% | 1 | 0 | 1 | 0 | +5.00% | 0.20 | 0.10 | 2 of 2 |" in md
+    assert f"| 1 | 1% | {CASES[0].label()} | +1.50% | +1.30% | – | – | 0.20 | – | – | ✅ pass |" in md
+    assert f"| 1 | 5% | {CASES[0].label()} | +5.00% | +5.20% | +4.90% | – | 0.20 | 0.10 | – | ❌ regression |" in md
+    assert "| 5% | 1 | 0 | 1 | 0 | 0 | +5.00% | 0.20 | 0.10 | 2 of 2 |" in md
+    unsure = [{**step_doc(1, 3, 0.025, 0.026, 0.025, "unsure"), "cases": [
+        {**step_doc(1, 3, 0.025, 0.026, 0.025, "unsure")["cases"][0], "rounds": 30, "detectable": 0.0012}]}]
+    table = ladder.rows(unsure)
+    md = report.markdown({**doc, "steps_run": unsure, "table": table, "summary": ladder.summary(table, (3,))})
+    assert f"| 1 | 3% | {CASES[0].label()} | +2.50% | +2.60% | +2.50% | 30 | 0.10 | 0.00 | 0.12% | ❔ unsure |" in md
+    assert "| 3% | 1 | 0 | 0 | 1 | 0 | +2.50% |" in md
     report.plot_png(tmp_path / "l.png", doc)
     assert (tmp_path / "l.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -517,7 +528,7 @@ def test_untouched_cases_give_the_noise_floor_and_the_report_shows_it():
            "gate": {"screen": 0.0125, "threshold": 0.025}, "table": table, "summary": ladder.summary(table, (0, 5)),
            "untouched": floor}
     md = report.markdown(doc)
-    assert f"| {UNSPUN.label()} | 3 | 1.30 | 0.84 | 1 | 0.70 | 1 of 4 | 1 |" in md
+    assert f"| {UNSPUN.label()} | 3 | 1.30 | 0.84 | – | – | 1 | 0.70 | 1 of 4 | 1 |" in md
     assert "| case | records | max \\|recorded\\| (pp) |" in md  # a pipe in a table's header is escaped
     assert "noise floor" not in report.markdown({**doc, "untouched": []})
 
@@ -617,3 +628,23 @@ def test_the_spin_runs_inside_the_kernel_and_changes_no_output(tmp_path, monkeyp
         del sys.modules[file.stem]
     assert torch.equal(outputs[0][0], outputs[1][0]) and torch.equal(outputs[0][1], outputs[1][1])
     assert times[1] - times[0] > SPIN / MAX_CLOCK_HZ, times
+
+
+def test_untouched_cases_keep_their_clock_read_changes_and_the_table_shows_their_rms():
+    def untouched(recorded, clock):
+        return {"case": list(UNSPUN.key), "label": UNSPUN.label(), "recorded": recorded, "confirmed": None,
+                "status": "pass", "clock": clock}
+
+    runs = [{**step_doc(1, 0, 0.0, 0.0, None, "pass"),
+             "untouched": [untouched(0.004, {"raw": 0.004, "normalized": 0.003, "binned": None})]},
+            {**step_doc(2, 0, 0.0, 0.0, None, "pass"),
+             "untouched": [untouched(-0.004, {"raw": -0.004, "normalized": 0.0, "binned": 0.002})]},
+            {**step_doc(3, 0, 0.0, 0.0, None, "pass"), "untouched": [untouched(0.002, None)]}]
+    floor = ladder.untouched(runs)[0]
+    assert floor["rms_normalized_pp"] == pytest.approx((0.09 / 2) ** 0.5)
+    assert floor["rms_binned_pp"] == pytest.approx(0.2)
+    table = ladder.rows(runs)
+    md = report.markdown({"run_id": "r", "base": "b" * 40, "reps": 3, "grid": "quick", "machine": "m",
+                          "steps_run": runs, "gate": {"screen": 0.0125, "threshold": 0.025}, "table": table,
+                          "summary": ladder.summary(table, (0,)), "untouched": [floor]})
+    assert f"| {UNSPUN.label()} | 3 | 0.40 | 0.35 | 0.21 | 0.20 | 0 | – | 3 of 3 | 0 |" in md

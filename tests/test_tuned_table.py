@@ -287,12 +287,12 @@ def test_a_tilelang_implementation_runs_a_candidates_config_or_the_tables(tables
 def fake_gpu(monkeypatch):
     """The kernel module's device functions faked on CPU tensors; records the configs compiled."""
     compiled, arch = [], {"arch": "sm_90"}
-    monkeypatch.setattr(m, "check_inputs", lambda q, q_pe, kv, k_pe: SHAPE)
+    monkeypatch.setattr(m, "check_inputs", lambda q, q_pe, kv, k_pe, kv_scale=None: SHAPE)
     monkeypatch.setattr(m, "device_arch", lambda device: arch["arch"])
 
     def compile_(shape, config, device=None):
         compiled.append(config)
-        return lambda q, q_pe, kv, k_pe, out, lse: (out, lse)
+        return lambda q, q_pe, kv, k_pe, out, lse, kv_scale=None: (out, lse)
 
     monkeypatch.setattr(m, "compiled", compile_)
     inputs = (torch.zeros(1, 16, 512), torch.zeros(1, 16, 64), torch.zeros(1, 8, 1, 512), torch.zeros(1, 8, 1, 64))

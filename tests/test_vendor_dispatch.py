@@ -78,3 +78,58 @@ def test_records_that_name_no_vendor_are_judged_as_before(root):
     cv = {c.case: c for c in fx.evaluate(root, head=fx.DOCS, envs=envs(root)).cases}[fx.HOPPER_64]
     assert cv.status == Status.REGRESSION and cv.reasons[0].kind is Kind.RATIO_DROP
     assert vendor_kernel(envs(root)[0], "flash_mla", fx.HOPPER_64) is None
+
+
+def test_a_record_that_names_no_kernel_is_compared_by_version_alone(root):
+    """The first record that names its kernels (profiled) against one from before: same version, no event."""
+    drop_ratio(root, fx.HOPPER_64)
+    name_vendor(root, fx.BASE, "1.0.0")
+    name_vendor(root, fx.DOCS, "1.0.0", {"float16/128": {"kernel": "decode_a"}})
+    cv = {c.case: c for c in fx.evaluate(root, head=fx.DOCS, envs=envs(root)).cases}[fx.HOPPER_64]
+    assert cv.status == Status.REGRESSION and cv.reasons[0].kind is Kind.RATIO_DROP
+    assert not any(w.kind is Kind.VENDOR_CHANGED for w in cv.warnings)
+
+
+def test_the_kernels_that_ran_are_folded_per_row_beside_the_dispatch_table():
+    from mlagate.measure.kernels_run import by_row, short_name
+
+    rows = [{"impl": "flash_mla", "dtype": "float16", "heads": 16, "q_len": 1, "kernels": ["split", "combine"]},
+            {"impl": "flash_mla", "dtype": "float16", "heads": 16, "q_len": 1, "kernels": ["split", "other"]},
+            {"impl": "flash_mla", "dtype": "float16", "heads": 16, "q_len": 2, "kernels": ["split2"]},
+            {"impl": "tilelang-seesaw", "dtype": "float16", "heads": 16, "kernels": ["mine"]},
+            {"impl": "aiter", "dtype": "bfloat16", "heads": 16, "kernels": ["_ZN5aiter_k"]},
+            {"impl": "flashinfer", "dtype": "float16", "heads": 16}]  # skipped: named nothing
+    vendors = {"flash_mla": {"version": "1.0.0"}, "flashinfer": {"version": "0.7"},
+               "aiter": {"version": "0.1.7", "kernels": {"bfloat16/16": {"kernel": "_ZN5aiter_k", "vgprs": 128}}}}
+    out = by_row(rows, vendors)
+    assert out["flash_mla"]["kernels"] == {
+        "float16/16": {"ran": ["split", "combine", "other"],
+                       "kernel": " + ".join(short_name(n) for n in ("split", "combine", "other"))},
+        "float16/16/s_q=2": {"ran": ["split2"], "kernel": short_name("split2")}}
+    assert out["aiter"]["kernels"]["bfloat16/16"] == {"kernel": "_ZN5aiter_k", "vgprs": 128, "ran": ["_ZN5aiter_k"]}
+    assert "kernels" not in out["flashinfer"] and "tilelang-seesaw" not in out
+    assert "ran" not in vendors["aiter"]["kernels"]["bfloat16/16"]  # the env it was given is left as it was
+    assert vendor_kernel({"start": {"vendors": out}}, "flash_mla", ("flash_mla", 64, 4096, "float16", 16, 1, "dense")) \
+        == ("1.0.0", out["flash_mla"]["kernels"]["float16/16"]["kernel"])
+
+
+@pytest.mark.parametrize("name,short", [
+    ("void ns::dense::flash_fwd_splitkv_mla_kernel<ns::Traits<cutlass::half_t, 576>, X>(Params, Y)",
+     "flash_fwd_splitkv_mla_kernel"),
+    ("void flashinfer::mla::hopper::BatchMLAPageAttentionHopperKernel<T<false, 2u>, P>(P)",
+     "BatchMLAPageAttentionHopperKernel"),
+    ("main_kernel", "main_kernel"), ("void foo(int)", "foo")])
+def test_a_kernel_reads_by_its_function_name_and_a_digest_of_its_whole_name(name, short):
+    from mlagate.measure.kernels_run import short_name
+
+    assert short_name(name).partition("#")[0] == short
+    assert short_name(name) != short_name(name + " ")  # another instantiation: another kernel
+
+
+def test_a_case_result_keeps_the_kernels_that_ran_through_its_file():
+    from mlagate.case import Case, CaseResult, RunStatus
+
+    r = CaseResult(Case("flash_mla", 64, 4096, "float16", 16), RunStatus.OK, kernels=("a", "b"))
+    d = r.to_dict()
+    assert d["kernels"] == ["a", "b"] and CaseResult.from_dict(json.loads(json.dumps(d))).kernels == ("a", "b")
+    assert "kernels" not in CaseResult(r.case, RunStatus.OK).to_dict()

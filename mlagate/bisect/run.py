@@ -131,7 +131,7 @@ def _measurer(cfg, store, machine, good, cases, grid, echo, advance=lambda _: No
                 echo(f"skip {commit[:10]}: not measured in its record ({', '.join(broken)})")
                 return None
             pairs = interleaved.interleaved(cases, gitops.repository(), good, commit, cfg.timing,
-                                            cfg.gate.confirm_rounds)
+                                            cfg.gate.confirm.min_rounds)
         except (StoreError, GateError, interleaved.ConfirmError, WrongResult, ValueError) as e:
             echo(f"skip {commit[:10]}: {type(e).__name__}: {e}")
             return None

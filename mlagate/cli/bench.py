@@ -23,7 +23,7 @@ def run(args, cfg) -> int:
 
     from mlagate.case import RunStatus
     from mlagate.decide import schedule
-    from mlagate.measure import environment, grid, precompile
+    from mlagate.measure import environment, grid, kernels_run, precompile
     from mlagate.report import schedules, text
 
     impls = args.impl or list(cfg.implementations)  # bad input first, on any machine
@@ -49,6 +49,7 @@ def run(args, cfg) -> int:
 
         results = grid.run_cases(cases, cfg.timing, budgets=[cfg.budget_for(c.impl, platform) for c in cases],
                                  gpus=gpus, on_result=on_result, compiled=compiled)
+    env_start["vendors"] = kernels_run.by_row([r.to_dict() for r in results], env_start["vendors"])
     env = {"start": env_start, "end": environment.environment(), "config_digest": cfg.digest}
     results = grid.add_metrics(results, peaks=cfg.peaks(env_start.get("arch")),
                                vendor=cfg.platform(platform).vendor_impl)

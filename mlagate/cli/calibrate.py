@@ -34,7 +34,7 @@ def run(args, cfg) -> int:
     share = budgets["confirm"].windows / budgets["record"].windows
     curves = {}
     for label, rounds in data.items():
-        per_side = min(g.confirm_rounds, (len(rounds) - 2) // 2)
+        per_side = min(g.confirm.min_rounds, (len(rounds) - 2) // 2)
         curves[label] = calibration.detection_curve(rounds, slowdowns, screen=g.screen, threshold=g.threshold,
                                                     alpha=g.alpha, confirm_rounds=per_side, confirm_share=share,
                                                     trials=args.trials)

@@ -12,6 +12,7 @@ from mlagate.case import TILELANG_PREFIX, Case, family_impl
 from mlagate.config import platforms as config_platforms
 from mlagate.config import tune as config_tune
 from mlagate.config import workloads as config_workloads
+from mlagate.config.confirm import Confirm, parse_confirm
 from mlagate.config.platforms import DTYPES, FP8_DTYPES, HEADS, PLATFORMS, Platform, Vendor  # noqa: F401
 from mlagate.config.reader import ConfigError, KeyReader, UniqueKeyLoader, open_section_keys
 from mlagate.hardware import arch_key
@@ -89,7 +90,7 @@ class Gate:
     ratio: dict  # platform -> RatioRule
     drift_lookback: int
     drift_max_slowdown: float
-    confirm_rounds: int
+    confirm: Confirm
     max_new_spill_bytes: int
     shared_memory_limit: dict  # arch -> bytes
 
@@ -222,7 +223,6 @@ def parse(data) -> Config:
         s = vr.section(name, ("floor", "max_drop"))
         ratio[name] = RatioRule(s.get("floor", float, minimum=0), s.get("max_drop", float, minimum=0, maximum=1))
     drift = gt.section("drift", ("lookback", "max_slowdown"))
-    confirm = gt.section("confirm", ("rounds",))
     build = gt.section("build", ("max_new_spill_bytes", "shared_memory_limit"))
     smem = build.section("shared_memory_limit", open_section_keys(build.data.get("shared_memory_limit")))
     gate = Gate(
@@ -234,7 +234,7 @@ def parse(data) -> Config:
         ratio=ratio,
         drift_lookback=drift.get("lookback", int, minimum=2),
         drift_max_slowdown=drift.get("max_slowdown", float, minimum=0, exclusive_min=True),
-        confirm_rounds=confirm.get("rounds", int, minimum=2),
+        confirm=parse_confirm(gt.section("confirm", ("min_rounds", "max_rounds", "budget_s", "unsure"))),
         max_new_spill_bytes=build.get("max_new_spill_bytes", int, minimum=0),
         shared_memory_limit={arch: smem.get(arch, int, minimum=1) for arch in smem.data},
     )

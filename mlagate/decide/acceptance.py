@@ -155,7 +155,7 @@ def apply(verdict, trusted, proposed, head_commits):
     statuses = {c.status for c in verdict.cases}
     if verdict.outcome == Outcome.REGRESSION and Status.REGRESSION not in statuses \
             and not any(f.failed for f in verdict.build_findings):
-        verdict.outcome = Outcome.PASS
+        verdict.outcome = Outcome.UNSURE if verdict.unsure_fails and Status.UNSURE in statuses else Outcome.PASS
     return verdict
 
 

@@ -17,9 +17,13 @@ def vendor_kernel(env, vendor: str, case: tuple):
 
 def vendor_changed(cv, vendor: str, kernels) -> bool:
     """Base and head ran different vendor kernels (or versions) for this case: the ratio moved with the vendor,
-    so its rules are not TileLang's to fail; said, and the case re-baselined."""
+    so its rules are not TileLang's to fail; said, and the case re-baselined. A side that names no kernel (a
+    record from before kernels were named) is compared by version alone."""
     base, head = kernels or (None, None)
-    if base is None or head is None or base == head:
+    if base is None or head is None:
+        return False
+    both_named = base[1] is not None and head[1] is not None
+    if base[0] == head[0] and (base[1] == head[1] or not both_named):
         return False
     warn(cv, Kind.VENDOR_CHANGED, f"vendor kernel changed: {vendor} {base[0]} ran {base[1] or 'its kernel'} in "
                                    f"base, {head[0]} {head[1] or 'its kernel'} in head; the ratio "

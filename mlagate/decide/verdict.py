@@ -8,7 +8,10 @@ gate runs with confirmation, and that re-measure decides them. Vendor ratio
 cancels): at least ``floor`` on every case (a case already under it on base is
 reported as a known gap) and no more than ``max_drop`` (relative) below the
 base's ratio; no ratio where one should exist is an error. A flagged case fails
-only if the interleaved re-measure agrees, when one was made. Drift against the
+only if the interleaved re-measure agrees, when one was made: its change's 99% interval entirely at or over
+the threshold (regression), entirely under it (pass), else unsure (decide/remeasure.py). Every compared
+case carries the smallest slowdown its deciding samples could show (``detectable``); one above the
+threshold is named under-powered. Drift against the
 best of recent main-branch results is a warning. Anything missing or broken is
 an error: the gate never passes by default.
 
@@ -19,7 +22,7 @@ from dataclasses import dataclass, field
 
 from mlagate.case import case_label
 from mlagate.config import Config
-from mlagate.decide import acceptance, stats
+from mlagate.decide import acceptance, remeasure, stats
 from mlagate.decide.vendor_ratio import judge_ratio, vendor_kernel
 from mlagate.decide.vocabulary import EXIT_CODE, Kind, Note, Outcome, Status, fail, positive, warn
 from mlagate.measure.summary import median
@@ -43,7 +46,9 @@ class CaseVerdict:
     over_threshold: bool = False  # the stored results alone break a rule
     below_floor: bool = False  # vendor ratio under the floor in head's own run: fails outright
     ratio_dropped: bool = False  # vendor ratio fell more than max_drop below base's
-    confirmation: dict | None = None  # {"change", "p_value", "agrees", "samples"}
+    confirmation: dict | None = None  # {"change", "p_value", "agrees", "decision", "interval", "rounds", "samples"}
+    detectable: float | None = None  # smallest slowdown the deciding samples show at alpha, 80% power
+    detectable_from: str | None = None  # "record" or "re-measure": the samples it was read from
     acceptance: dict | None = None  # the perf-accept.yml entry that names this case, and its source
 
     def __post_init__(self):
@@ -69,6 +74,7 @@ class Verdict:
     head: str = ""
     platform: str = ""
     build_findings: list = field(default_factory=list)  # build_rules.Finding, from the build reports
+    unsure_fails: bool = True  # perf.yml gate.confirm.unsure: an unsure case makes the outcome unsure (exit 2)
 
     def __post_init__(self):
         self.outcome = Outcome(self.outcome)
@@ -108,6 +114,7 @@ def _latency(cv: CaseVerdict, base, head, cfg: Config):
     cv.base_median_s, cv.head_median_s = median(base.samples), median(head.samples)
     cv.change = cv.head_median_s / cv.base_median_s - 1
     cv.p_value = stats.slower_p_value(base.samples, head.samples)
+    _detectable(cv, base.samples, head.samples, "record", cfg)
     if _past(cv.change, cv.p_value, g.screen, g.alpha):
         cv.flagged = True
         cv.over_threshold = _past(cv.change, cv.p_value, g.threshold, g.alpha)
@@ -136,18 +143,45 @@ def _drift(cv: CaseVerdict, history, cfg: Config, marks=()):
                               f"({best * 1e6:.1f} µs)")
 
 
-def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config, rule):
-    """The interleaved A/B re-measure decides a flagged case."""
-    base_s, head_s = confirmation
+POWER = 0.8  # of the detectable change: the slowdown the rule would catch in 4 runs of 5
+
+
+def confirm_threshold(cv: CaseVerdict, cfg: Config, rule) -> float:
+    """The slowdown the re-measure must show: a ratio drop is confirmed by the one its own rule allows."""
+    return min(cfg.gate.threshold, rule.max_drop) if cv.ratio_dropped else cfg.gate.threshold
+
+
+def rounds_of(side) -> tuple:
+    """A re-measure side as rounds (tuples of samples); flat samples are one round."""
+    return tuple(side) if side and isinstance(side[0], (tuple, list)) else (tuple(side),)
+
+
+def _detectable(cv: CaseVerdict, base, head, source: str, cfg: Config):
+    cv.detectable, cv.detectable_from = stats.detectable_change(base, head, cfg.gate.alpha, POWER), source
+
+
+def _apply_confirmation(cv: CaseVerdict, confirmation, cfg: Config, rule) -> remeasure.Step:
+    """The interleaved A/B re-measure decides a flagged case: where its change's interval lies."""
+    base_r, head_r = (rounds_of(side) for side in confirmation)
+    base_s, head_s = remeasure.pooled(base_r), remeasure.pooled(head_r)
     change = stats.median_ratio(base_s, head_s) - 1
     p = stats.slower_p_value(base_s, head_s)
-    # A ratio drop is confirmed by the slowdown its own rule allows.
-    threshold = min(cfg.gate.threshold, rule.max_drop) if cv.ratio_dropped else cfg.gate.threshold
-    agrees = _past(change, p, threshold, cfg.gate.alpha)
-    cv.confirmation = {"change": change, "p_value": p, "agrees": agrees, "samples": (len(base_s), len(head_s))}
-    if not agrees:
+    threshold = confirm_threshold(cv, cfg, rule)
+    step, interval = remeasure.classify(base_s, head_s, threshold)
+    cv.confirmation = {"change": change, "p_value": p, "agrees": step is remeasure.Step.REGRESSION,
+                       "decision": step.value, "interval": interval, "rounds": min(len(base_r), len(head_r)),
+                       "samples": (len(base_s), len(head_s))}
+    _detectable(cv, base_s, head_s, "re-measure", cfg)
+    shown = "" if interval is None else f" [99% interval {interval[0]:+.2%}, {interval[1]:+.2%}]"
+    if step is remeasure.Step.PASS:
         warn(cv, Kind.NOT_CONFIRMED, f"not confirmed: interleaved re-measure shows {change:+.1%} (p = {p:.2g})")
-    return agrees
+    elif step is remeasure.Step.UNSURE:
+        cv.reasons.clear()
+        how = "fails closed" if cfg.gate.confirm.unsure_fails else "passes (gate.confirm.unsure: pass)"
+        fail(cv, Kind.UNSURE, f"unsure: the interleaved re-measure shows {change:+.2%}{shown} after "
+                              f"{cv.confirmation['rounds']} rounds, the +{threshold:.1%} threshold inside it when "
+                              f"gate.confirm's rounds or time ran out; {how}")
+    return step
 
 
 def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: str, *, history=(),
@@ -166,7 +200,8 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
     base_t, head_t = base.entries(BENCH_TIME), head.entries(BENCH_TIME)
     history = list(history)
     keys = sorted({k for k in (*base_t, *head_t) if k[0] in g.gated}, key=str)
-    verdict = Verdict(Outcome.PASS, [], base=base.commit, head=head.commit, platform=platform)
+    verdict = Verdict(Outcome.PASS, [], base=base.commit, head=head.commit, platform=platform,
+                      unsure_fails=g.confirm.unsure_fails)
     if not keys:
         verdict.errors.append(Note(Kind.NO_GATED_CASES, f"no gated cases ({', '.join(g.gated)}) in either result"))
     for name, side, entries in (("base", base, base_t), ("head", head, head_t)):
@@ -206,12 +241,14 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
                    rule, cfg.platform(platform), [vendor_kernel(env, vendor, key) for env in envs])
         if cv.flagged and cv.status == Status.PASS:
             confirmation = (confirmations or {}).get(key)
-            if confirmation is not None and not all(s and positive(s) for s in confirmation):
+            pooled = [remeasure.pooled(rounds_of(s)) for s in confirmation] if confirmation is not None else ()
+            if confirmation is not None and not all(s and positive(s) for s in pooled):
                 fail(cv, Kind.BAD_REMEASURE, "the interleaved re-measure gave no samples or samples that are "
                                               "not finite times > 0", Status.ERROR)
             elif confirmation is not None:
-                agrees = _apply_confirmation(cv, confirmation, cfg, rule)
-                cv.status = Status.REGRESSION if agrees else Status.PASS
+                cv.status = DECIDED[_apply_confirmation(cv, confirmation, cfg, rule)]
+                if cv.status == Status.UNSURE and not g.confirm.unsure_fails:
+                    warn(cv, Kind.UNSURE_PASSED, "unsure, passed: perf.yml's gate.confirm.unsure is pass")
             elif cv.over_threshold:
                 cv.status = Status.REGRESSION
                 if confirmations is not None:
@@ -220,8 +257,12 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
                 warn(cv, Kind.UNDER_THRESHOLD, f"{cv.change:+.1%}: past the {g.screen:.2%} screen, under the "
                                                 f"{g.threshold:.1%} threshold; not re-measured")
                 cv.reasons.clear()
-        if cv.below_floor and cv.status in (Status.PASS, Status.NO_BASELINE):
+        if cv.below_floor and cv.status in (Status.PASS, Status.NO_BASELINE, Status.UNSURE):
             cv.status = Status.REGRESSION
+        if cv.detectable is not None and cv.detectable > g.threshold and cv.status != Status.REGRESSION:
+            warn(cv, Kind.UNDER_POWERED, f"under-powered: the smallest slowdown its {cv.detectable_from} samples "
+                                         f"could show is +{cv.detectable:.1%} (alpha {g.alpha}, power "
+                                         f"{POWER:.0%}), above the +{g.threshold:.1%} threshold")
         verdict.cases.append(cv)
 
     statuses = {c.status for c in verdict.cases}
@@ -229,13 +270,19 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
         verdict.outcome = Outcome.ERROR
     elif Status.REGRESSION in statuses:
         verdict.outcome = Outcome.REGRESSION
+    elif Status.UNSURE in statuses and g.confirm.unsure_fails:
+        verdict.outcome = Outcome.UNSURE
     return verdict
+
+
+DECIDED = {remeasure.Step.REGRESSION: Status.REGRESSION, remeasure.Step.PASS: Status.PASS,
+           remeasure.Step.UNSURE: Status.UNSURE}
 
 
 def add_build_findings(verdict: Verdict, findings) -> Verdict:
     """Compiler-resource findings (build_rules.evaluate_build): a failing one turns a pass into a regression."""
     verdict.build_findings += list(findings)
-    if verdict.outcome == Outcome.PASS and any(f.failed for f in findings):
+    if verdict.outcome in (Outcome.PASS, Outcome.UNSURE) and any(f.failed for f in findings):
         verdict.outcome = Outcome.REGRESSION
     return verdict
 

@@ -17,17 +17,22 @@ class Status(enum.StrEnum):
     REMOVED = "removed"  # in base, not in head
     SKIPPED = "skipped"  # skipped in head, and base has no result to compare
     ACCEPTED = "accepted"  # a regression within the base's perf-accept.yml entry for this commit
+    UNSURE = "unsure"  # the re-measure's interval still held the threshold when its budget ran out
 
 
 class Outcome(enum.StrEnum):
-    """The whole verdict: an error outweighs a regression, which outweighs a pass."""
+    """The whole verdict: an error outweighs a regression, which outweighs an unsure case that fails closed
+    (gate.confirm.unsure: fail), which outweighs a pass."""
     PASS = "pass"
     REGRESSION = "regression"
+    UNSURE = "unsure"
     ERROR = "error"
 
 
-# The gate's exit code per outcome; the codes themselves are mlagate/exits.py's.
-EXIT_CODE = {Outcome.PASS: exits.OK, Outcome.REGRESSION: exits.REGRESSION, Outcome.ERROR: exits.ERROR}
+# The gate's exit code per outcome; the codes themselves are mlagate/exits.py's. Exit 1 is a regression and
+# nothing else: a case the gate could not decide is exit 2, as any other "could not decide" is.
+EXIT_CODE = {Outcome.PASS: exits.OK, Outcome.REGRESSION: exits.REGRESSION, Outcome.UNSURE: exits.ERROR,
+             Outcome.ERROR: exits.ERROR}
 
 
 class Kind(enum.StrEnum):
@@ -46,6 +51,7 @@ class Kind(enum.StrEnum):
     MISSING_IN_HEAD = "missing_in_head"  # in base, absent from head, still listed in perf.yml
     BAD_REMEASURE = "bad_remeasure"
     NO_GATED_CASES = "no_gated_cases"  # a verdict error
+    UNSURE = "unsure"  # the re-measure ran out of rounds or time with the threshold inside its interval
     NOT_ACCEPTED = "not_accepted"  # an acceptance names the case but does not cover it (too narrow, or PR-only)
     # warnings: reported, never a failure by themselves
     NO_VENDOR_KERNEL = "no_vendor_kernel"  # gated on latency alone
@@ -55,6 +61,8 @@ class Kind(enum.StrEnum):
     NOT_CONFIRMED = "not_confirmed"  # the interleaved re-measure cleared a flagged case
     NO_REMEASURE = "no_remeasure"  # re-measures were made, none for this case
     UNDER_THRESHOLD = "under_threshold"  # past the screen, under the threshold, not re-measured
+    UNDER_POWERED = "under_powered"  # the smallest slowdown its samples could show is above the threshold
+    UNSURE_PASSED = "unsure_passed"  # unsure, and perf.yml's gate.confirm.unsure is pass
     REMOVED = "removed"
     NO_BASE = "no_base"  # a new case, or base's result is not ok
     ACCEPTED = "accepted"  # the base's perf-accept.yml accepts this regression

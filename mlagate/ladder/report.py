@@ -27,34 +27,42 @@ def markdown(doc: dict) -> str:
              "Injected: a spin of GPU clock cycles at the start of every block of the TileLang decode kernel, of "
              "the cycles that add the step's share of the case's own median; its value is the step commit's "
              "kernel measured against base's on the GPU (calibration.json). Recorded: the gate's change between the "
-             "records (head/base median − 1); confirmed: its interleaved re-measure (– where the gate did not "
-             "re-measure the case). Off: |measured − injected| in percentage points. "
+             "records (head/base median − 1); re-measured: its interleaved re-measure (– where the gate did not "
+             "re-measure the case), in how many alternated rounds it decided. Off: |measured − injected| in "
+             "percentage points. Detectable: the smallest slowdown the samples that decided (the re-measure's, else "
+             "the records') would show at the gate's alpha with 80% power. "
              f"Gate: screen {gate['screen']:+.2%}, threshold {gate['threshold']:+.2%}.", "",
-             "| rep | step | case | injected | recorded | confirmed | off, recorded (pp) | off, confirmed (pp) | "
-             "verdict |", "|---:|---:|---|---:|---:|---:|---:|---:|---|"]
+             "| rep | step | case | injected | recorded | re-measured | rounds | off, recorded (pp) | "
+             "off, re-measured (pp) | detectable | verdict |", "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in doc["table"]:
+        rounds = "–" if r.get("rounds") is None else r["rounds"]
         lines.append(f"| {r['rep']} | {step_name(r['step'])}% | {r['label']} | {_pct(r['injected'])} | "
-                     f"{_pct(r['recorded'])} | {_pct(r['confirmed'])} | {_pp(r['recorded_pp'])} | "
-                     f"{_pp(r['confirmed_pp'])} | {_verdict(r['status'])} |")
+                     f"{_pct(r['recorded'])} | {_pct(r['confirmed'])} | {rounds} | {_pp(r['recorded_pp'])} | "
+                     f"{_pp(r['confirmed_pp'])} | {_pct(r.get('detectable'), '.2f')} | {_verdict(r['status'])} |")
     lines += ["", "### Per step, over every repetition", "",
-              f"| step | case runs | pass | fail | other | injected | max off, recorded (pp) | "
-              f"max off, confirmed (pp) | within ±{TOLERANCE_PP:g} pp |",
-              "|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+              f"| step | case runs | pass | fail | unsure | other | injected | max off, recorded (pp) | "
+              f"max off, re-measured (pp) | within ±{TOLERANCE_PP:g} pp |",
+              "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
     for s in doc["summary"]:
         low, high = _pct(s["injected_min"]), _pct(s["injected_max"])
-        lines.append(f"| {step_name(s['step'])}% | {s['n']} | {s['pass']} | {s['fail']} | {s['other']} | "
+        lines.append(f"| {step_name(s['step'])}% | {s['n']} | {s['pass']} | {s['fail']} | {s.get('unsure', 0)} | "
+                     f"{s['other']} | "
                      f"{low if low == high else f'{low} … {high}'} | {_pp(s['max_recorded_pp'])} | "
                      f"{_pp(s['max_confirmed_pp'])} | {s['within']} of {s['measured']} |")
     if doc.get("untouched"):
         lines += ["", "### Gated cases no step touches: the runner's noise floor", "",
                   "The changes the gate recorded and re-measured, step after step, for kernels the spin never "
                   "reaches (another workload's kernel): what the same code reads from one record to the next on "
-                  "this runner.", "",
-                  "| case | records | max \\|recorded\\| (pp) | rms, recorded (pp) | re-measured | "
+                  "this runner. Its rms also read with each window's SM clock (decide/clock_compare.py): every time "
+                  "scaled by its window's clock (normalized), and within the clocks both records read (binned); "
+                  "– where the records kept no per-window clocks.", "",
+                  "| case | records | max \\|recorded\\| (pp) | rms, recorded (pp) | rms, clock-normalized (pp) | "
+                  "rms, within clock bins (pp) | re-measured | "
                   f"max \\|re-measured\\| (pp) | within ±{TOLERANCE_PP:g} pp | failed |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for u in doc["untouched"]:
-            lines.append(f"| {u['label']} | {u['n']} | {_pp(u['max_pp'])} | {_pp(u['rms_pp'])} | {u['confirmed']} | "
+            lines.append(f"| {u['label']} | {u['n']} | {_pp(u['max_pp'])} | {_pp(u['rms_pp'])} | "
+                         f"{_pp(u.get('rms_normalized_pp'))} | {_pp(u.get('rms_binned_pp'))} | {u['confirmed']} | "
                          f"{_pp(u['max_confirmed_pp'])} | {u['within']} of {u['measured']} | {u['fail']} |")
     errors = [(r["rep"], r["step"], e) for r in doc["steps_run"] for e in r.get("errors", [])]
     if errors:

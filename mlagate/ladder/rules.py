@@ -10,6 +10,7 @@ points.
 import math
 
 from mlagate.case import case_label
+from mlagate.decide.clock_compare import rms_pp
 from mlagate.json_reader import LATENCY_CEILING_S, LATENCY_FLOOR_S, out_of_bounds
 
 DEFAULT_STEPS = (0.0, 1.0, 2.0, 3.0, 5.0, 8.0)  # percent of each case's own time
@@ -21,10 +22,13 @@ PATCH_MARK = "# mlagate ladder"
 # macro of the same arguments.
 DENSE_FILE = "kernels/mla_decode.py"
 SEESAW_FILE = "kernels/mla_decode_seesaw.py"
-ATTEND_ARGS = "Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max"
-SEESAW_ATTEND_ARGS = "Q, Q_pe, KV, K_pe, bx, by, bz, first_token, n_pairs, out, lse_out"
+# The pipelined macro took the fp8 cache's Kv_scale later: a base before that has the earlier arguments.
+ATTEND_ARGS = ("Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, "
+               "scores_max",
+               "Q, Q_pe, KV, K_pe, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max")
+SEESAW_ATTEND_ARGS = ("Q, Q_pe, KV, K_pe, bx, by, bz, first_token, n_pairs, out, lse_out",)
 SCHEDULES = {"pipelined": (DENSE_FILE, ATTEND_ARGS), "seesaw": (SEESAW_FILE, SEESAW_ATTEND_ARGS)}
-PATCHED_FILES = dict(SCHEDULES.values())  # {file: attend arguments}
+PATCHED_FILES = dict(SCHEDULES.values())  # {file: the attend arguments a commit's file may have}
 
 
 def parse_steps(text: str) -> tuple:
@@ -82,12 +86,16 @@ def cycles_for(step: float, median_s: float, slope: float) -> int:
 
 def unpatchable(source: str, path: str = DENSE_FILE) -> str | None:
     """Why ``patched`` cannot wrap this kernel file (None: it can)."""
-    args = PATCHED_FILES[path]
     if "\ndef attend_macro(" not in source:
         return "defines no attend_macro"
-    if f"def attend({args}):" not in source:
-        return f"has an attend macro whose arguments are not ({args})"
+    if attend_args(source, path) is None:
+        return "has an attend macro whose arguments are not " + " or ".join(f"({a})" for a in PATCHED_FILES[path])
     return None
+
+
+def attend_args(source: str, path: str) -> str | None:
+    """The arguments of the file's attend macro, of those PATCHED_FILES knows (None: none of them)."""
+    return next((args for args in PATCHED_FILES[path] if f"def attend({args}):" in source), None)
 
 
 def patched(source: str, step, cycles: dict, run_id: str, path: str = DENSE_FILE) -> str:
@@ -96,7 +104,7 @@ def patched(source: str, step, cycles: dict, run_id: str, path: str = DENSE_FILE
     GPU clock cycles (``cycles``: {shape_key: cycles}, keyed by config: each file spins its own configs'
     kernels); any other shape, and the paged kernel, lower unchanged.
     ``step``: the step's percentage, or a name (the calibration's probe)."""
-    args = PATCHED_FILES[path]
+    args = attend_args(source, path)
     text = source if source.endswith("\n") else source + "\n"
     name = step_name(step) + "%" if isinstance(step, (int, float)) else step
     if step == 0:
@@ -139,9 +147,11 @@ def attend_macro(shape, config, *args, **kwargs):
 
 # -- the table -----------------------------------------------------------------------------
 
-def step_result(verdict, cases, calibrated: dict, rep: int, step: float, commit: str) -> dict:
+def step_result(verdict, cases, calibrated: dict, rep: int, step: float, commit: str, clocks=None) -> dict:
     """What the table keeps of one gate run (a Verdict), per case: injected (``calibrated``: calibration's
-    per-case steps, by label), recorded and confirmed change, status. A case the verdict lacks is "missing"."""
+    per-case steps, by label), recorded and re-measured change, the re-measure's rounds and decision, the
+    detectable change, status. A case the verdict lacks is "missing". ``clocks``: {case key: {variant: change}}
+    (decide/clock_compare.case_changes) of the untouched cases, kept beside their recorded change."""
     name = step_name(step)
     by_key = {tuple(cv.case): cv for cv in verdict.cases}
     out = []
@@ -150,11 +160,14 @@ def step_result(verdict, cases, calibrated: dict, rep: int, step: float, commit:
         confirmation = (cv.confirmation or {}) if cv else {}
         out.append({"case": list(case.key), "label": case.label(), **calibrated[case.label()]["steps"][name],
                     "recorded": cv.change if cv else None, "confirmed": confirmation.get("change"),
-                    "confirm_p": confirmation.get("p_value"), "status": cv.status.value if cv else "missing",
+                    "confirm_p": confirmation.get("p_value"), "rounds": confirmation.get("rounds"),
+                    "decision": confirmation.get("decision"), "detectable": cv.detectable if cv else None,
+                    "status": cv.status.value if cv else "missing",
                     "reasons": [n.kind.value for n in cv.reasons] if cv else ["not in the gate's verdict"]})
     spun = {case.key for case in cases}
     others = [{"case": list(cv.case), "label": case_label(tuple(cv.case)), "recorded": cv.change,
-               "confirmed": (cv.confirmation or {}).get("change"), "status": cv.status.value}
+               "confirmed": (cv.confirmation or {}).get("change"), "status": cv.status.value,
+               "clock": (clocks or {}).get(tuple(cv.case))}
               for cv in verdict.cases if tuple(cv.case) not in spun]
     return {"rep": rep, "step": step, "commit": commit, "outcome": verdict.outcome.value,
             "exit_code": verdict.exit_code, "errors": [str(e) for e in verdict.errors], "cases": out,
@@ -176,6 +189,7 @@ def rows(step_results: list) -> list:
             out.append({"rep": s["rep"], "step": s["step"], "label": c["label"], "case": c["case"],
                         "injected": c["injected"],
                         "recorded": c["recorded"], "confirmed": c["confirmed"], "status": c["status"],
+                        "rounds": c.get("rounds"), "detectable": c.get("detectable"),
                         "recorded_pp": error_pp(c["recorded"], c["injected"]),
                         "confirmed_pp": error_pp(c["confirmed"], c["injected"])})
     return out
@@ -196,7 +210,8 @@ def summary(table: list, steps) -> list:
         injected = [r["injected"] for r in mine if r["injected"] is not None]
         out.append({"step": step, "n": len(mine), "pass": sum(r["status"] == "pass" for r in mine),
                     "fail": sum(r["status"] == "regression" for r in mine),
-                    "other": sum(r["status"] not in ("pass", "regression") for r in mine),
+                    "unsure": sum(r["status"] == "unsure" for r in mine),
+                    "other": sum(r["status"] not in ("pass", "regression", "unsure") for r in mine),
                     "injected_min": min(injected, default=None), "injected_max": max(injected, default=None),
                     "max_recorded_pp": _max(r["recorded_pp"] for r in mine),
                     "max_confirmed_pp": _max(r["confirmed_pp"] for r in mine),
@@ -217,8 +232,10 @@ def untouched(step_results: list) -> list:
     for label, runs in groups.items():  # nothing injected: each change's error is its size
         recorded = [error_pp(c["recorded"], 0.0) for c in runs]
         confirmed = [e for c in runs if (e := error_pp(c.get("confirmed"), 0.0)) is not None]
+        clocked = [c["clock"] for c in runs if c.get("clock")]  # step results before the clocks were kept: none
         out.append({"label": label, "n": len(runs), "max_pp": max(recorded),
                     "rms_pp": math.sqrt(sum(e * e for e in recorded) / len(recorded)),
+                    **{f"rms_{v}_pp": rms_pp(c[v] for c in clocked) for v in ("normalized", "binned")},
                     "confirmed": len(confirmed), "max_confirmed_pp": _max(confirmed),
                     "measured": len(recorded) + len(confirmed),
                     "within": sum(e <= TOLERANCE_PP for e in recorded + confirmed),

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlagate import progress
-from mlagate.atomic import write_json, write_replace
+from mlagate.atomic import output_set, write_json
 from mlagate.case import Case
 from mlagate.config import Config
+from mlagate.decide import clock_compare
 from mlagate.gitops import GitError, git, repository, resolve
 from mlagate.json_reader import load
 from mlagate.kernels import mla_decode
@@ -32,10 +33,12 @@ from mlagate.ladder import rules as ladder
 from mlagate.measure.impls import TILELANG_PREFIX
 from mlagate.measure.summary import median
 from mlagate.names import unknown
+from mlagate.store import results as stores  # by module: tests stand a store in
 
 REF_ROOT = "refs/mlagate/ladder"
+SUMMARY = "summary"  # the folder of --out holding ladder.json, ladder.md and ladder.png: one set
 CALIBRATION_VERSION = 3  # 1: a spin launched after the kernel; 2: every step timed in one alternation with base
-CALIBRATION_ROUNDS = 20  # alternated rounds per calibration measurement (the gate's re-measure has 10)
+CALIBRATION_ROUNDS = 20  # alternated rounds per calibration measurement (the gate: gate.confirm.min_rounds on)
 # The throw-away commits: a fixed identity, no hooks, no signing, whatever the user's git config says.
 GIT_SETTINGS = ("-c", "user.name=mlagate ladder", "-c", "user.email=mlagate-ladder@localhost",
                 "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null")
@@ -268,30 +271,32 @@ def run_step(cfg: Config, p: Plan, calibration: dict, rep: int, step: float, com
     echo(f"rep {rep}, step {name}%: gating {commit[:10]} against base {p.base[:10]}")
     out = run_gate(cfg, base_rev=p.base, head_rev=commit, results=results, out_dir=folder / f"step{name}",
                    machine=p.machine, confirm=True, grid=p.grid, echo=echo)
-    result = ladder.step_result(out.verdict, p.cases, calibration["cases_calibrated"], rep, step, commit)
+    clocks = clock_compare.store_changes(stores.Store(results), p.machine, p.base, commit, out.verdict.cases)
+    result = ladder.step_result(out.verdict, p.cases, calibration["cases_calibrated"], rep, step, commit, clocks)
     write_json(done, result)
     return result
 
 
 def _record_once(rev: str, results: Path, p: Plan, echo):
     from mlagate.store import record as recorder
-    from mlagate.store.results import Store
 
-    if Store(results).load(p.machine, rev) is None:
+    if stores.Store(results).load(p.machine, rev) is None:
         recorder.record(rev, results=results, machine=p.machine, grid=p.grid, impls=list(p.impls), echo=echo)
 
 
 def write_outputs(doc: dict, out: Path) -> dict:
-    """ladder.json (everything), ladder.md (the table) and ladder.png (measured against injected), each replaced
-    whole (beside the run's resumable state, so not swapped in as one folder); the plot drawn first."""
+    """ladder.json (everything), ladder.md (the table) and ladder.png (measured against injected) in
+    ``out/summary/``, swapped in as one set (atomic.output_set: beside the run's resumable state, which stays); the
+    paths they will have."""
     from mlagate.ladder import report
 
-    files, png = {"json": out / "ladder.json", "markdown": out / "ladder.md", "plot": out / "ladder.png"}, io.BytesIO()
+    folder, png = out / SUMMARY, io.BytesIO()
     report.plot_png(png, doc)
-    write_json(files["json"], doc)
-    write_replace(files["markdown"], report.markdown(doc).encode())
-    write_replace(files["plot"], png.getvalue())
-    return files
+    with output_set(folder) as fresh:
+        write_json(fresh / "ladder.json", doc)
+        (fresh / "ladder.md").write_bytes(report.markdown(doc).encode())
+        (fresh / "ladder.png").write_bytes(png.getvalue())
+    return {"json": folder / "ladder.json", "markdown": folder / "ladder.md", "plot": folder / "ladder.png"}
 
 
 def read_calibration(out: Path) -> dict | None:

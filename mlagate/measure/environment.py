@@ -99,6 +99,7 @@ def _distribution(name: str) -> str | None:
 
 # CUDA: the vendor libraries and the PyPI distributions they come from (impls.py imports them by module name)
 CUDA_VENDORS = {"flash_mla": ("sgl-flash-mla", "flash-mla"), "flashinfer": ("flashinfer-python", "flashinfer")}
+VENDORS = ("aiter", *CUDA_VENDORS)  # every vendor this module records; their cases name the kernels that ran
 
 
 def vendors(platform: str, arch: str | None) -> dict:

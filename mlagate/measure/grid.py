@@ -19,6 +19,7 @@ from dataclasses import asdict, replace
 from mlagate.case import Case, CaseResult, RunStatus
 from mlagate.config import ROOT, Budget, Timing
 from mlagate.measure import metrics, summary
+from mlagate.measure.kernels_run import short_name
 from mlagate.measure.shards import point
 
 MARK = "@@mlagate "  # prefixes the worker's protocol lines; libraries may print too
@@ -226,7 +227,7 @@ def add_metrics(results, *, peaks=None, vendor=None) -> list:
 
 
 CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "heads", "q_len", "kv_dtype", "workload", "status", "median_ms",
-              "iqr_ms", "n", "tflops", "gbps", "roofline", "vendor_ratio", "gpu", "reason")
+              "iqr_ms", "n", "tflops", "gbps", "roofline", "vendor_ratio", "gpu", "reason", "kernels")
 
 
 def write_outputs(path, results, environment: dict):
@@ -237,7 +238,7 @@ def write_outputs(path, results, environment: dict):
     with open(os.path.splitext(path)[0] + ".csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({**row, "kernels": " + ".join(map(short_name, row.get("kernels", ())))} for row in rows)
 
 
 def read_outputs(path) -> tuple:

@@ -11,6 +11,8 @@ from mlagate.case import Case, CaseResult, RunStatus
 from mlagate.config import Timing
 from mlagate.kernels import mla_decode
 from mlagate.measure import impls
+from mlagate.measure.environment import VENDORS
+from mlagate.measure.kernels_run import kernels_run
 from mlagate.measure.layouts import dequantized, split_scale
 from mlagate.measure.shards import point
 from mlagate.measure.timer import time_gpu
@@ -83,4 +85,5 @@ def measure_case(case: Case, timing: Timing, inputs: Inputs, device, budget: str
     except WrongResult as e:
         return CaseResult(case, RunStatus.FAILED, f"wrong result: {e}")
     samples = time_gpu(launch, timing, budget, device=device)
-    return CaseResult(case, RunStatus.OK, samples=samples, error=error)
+    names = kernels_run(launch) if case.impl in VENDORS else ()  # after the samples: the profiler is not timed
+    return CaseResult(case, RunStatus.OK, samples=samples, error=error, kernels=names)

@@ -86,16 +86,17 @@ def _tilelang(impl, inputs, device):
     if isinstance(inputs, Paged):
         return _tilelang_paged(impl, inputs, device)
     (q, q_pe, kv, k_pe), kv_scale = split_scale(inputs)
-    shape = mla_decode.check_inputs(q, q_pe, kv, k_pe)
+    shape = mla_decode.check_inputs(q, q_pe, kv, k_pe, kv_scale)
     config = _tilelang_config_here(impl, shape, device)
     kernel = mla_decode.compiled(shape, config, device)
-    out, lse, scaled = torch.empty_like(q), lse_like(q), _scaled(kv_scale)
+    out, lse, scaled = torch.empty_like(q), lse_like(q), _scaled(kv_scale, q.device)
     return lambda: kernel(q, q_pe, kv, k_pe, out, lse, **scaled)[0]
 
 
-def _scaled(kv_scale) -> dict:
-    """The TileLang kernels' keyword for an fp8 cache's per-tensor scale (kernels/: kv_scale); none at 16 bits."""
-    return {} if kv_scale is None else {"kv_scale": kv_scale}
+def _scaled(kv_scale, device) -> dict:
+    """The compiled TileLang kernels' keyword for an fp8 cache's per-tensor scale: float32 [1] on the device
+    (mla_decode.scale_tensor), made here, outside the timed launch; none at 16 bits."""
+    return {} if kv_scale is None else {"kv_scale": mla_decode.scale_tensor(kv_scale, device)}
 
 
 def _tilelang_config_here(impl, shape, device, paged=False):
@@ -111,8 +112,8 @@ def _tilelang_paged(impl, paged: Paged, device):
     """kernels/mla_decode_paged.py with the config the dense kernel runs at the batch's mean length (paged_config)."""
     from mlagate.kernels import mla_decode_paged
 
-    tensors, scaled = tuple(paged)[:6], _scaled(paged.kv_scale)
-    shape = mla_decode_paged.check_paged_inputs(*tensors)  # reads the lengths and table: once, here
+    tensors, scaled = tuple(paged)[:6], _scaled(paged.kv_scale, paged.q.device)
+    shape = mla_decode_paged.check_paged_inputs(*tensors, paged.kv_scale)  # reads the lengths and table: once
     lengths = paged.seqlens.tolist()
     config = _tilelang_config_here(impl, shape.at_mean_length(lengths), device, paged=True)
     kernel = mla_decode_paged.compiled(shape, config, device, lengths)

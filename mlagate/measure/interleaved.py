@@ -3,13 +3,15 @@
 Both commits' kernel files (and tuned tables) are loaded side by side (``git show``, then imported
 under distinct names) and timed in alternating rounds (A B, B A, ...) on the
 same GPU, with the same inputs, through the record's own timing function (the
-``confirm`` budget per side and round). Run-to-run effects (clocks, another tenant, a
+``confirm`` budget per side and round), for as many rounds as the caller's rule asks (the gate's:
+decide/remeasure.py, a budget of rounds and seconds). Run-to-run effects (clocks, another tenant, a
 bimodal boost state) hit both sides alike, so what remains is the code change.
 """
 
 import importlib.util
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -119,13 +121,16 @@ def launch_at(repo, commit, case: Case, inputs: Inputs):
     """The checked launch of ``case``'s TileLang kernel as ``commit`` has it: kernel file and tuned table."""
     module = kernel_module_at(repo, commit)
     tensors, kv_scale = split_scale(inputs.tensors)
-    tensors, scaled = tuple(tensors)[:6], ({} if kv_scale is None else {"kv_scale": kv_scale})  # an fp8 cache's
+    tensors = tuple(tensors)[:6]
     q = tensors[0]
+    # an fp8 cache's scale: the checks take the float, the compiled kernels a float32 [1] on the device
+    checked, scaled = ((), {}) if kv_scale is None else ((kv_scale,), {"kv_scale": module.scale_tensor(kv_scale,
+                                                                                                        q.device)})
     shape = dense_shape(module, case)
     config = case_config_at(repo, commit, module, case, mla_decode.device_arch(q.device))
     if case.paged:  # the config the dense kernel runs at the batch's mean length, as impls does
         paged = kernel_module_at(repo, commit, PAGED_KERNEL_FILE)
-        kernel = paged.compiled(paged.check_paged_inputs(*tensors), config, lengths=case.lengths)
+        kernel = paged.compiled(paged.check_paged_inputs(*tensors, *checked), config, lengths=case.lengths)
     else:
         kernel = module.compiled(shape, config)
     out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device=q.device, dtype=torch.float32)
@@ -141,26 +146,48 @@ def launch_at(repo, commit, case: Case, inputs: Inputs):
 def alternate(launches: dict, timing: Timing, rounds: int, budget: str = "confirm", device=None) -> dict:
     """{name: samples in seconds}: each launch timed once per round under ``budget``, the
     order alternating round by round (A B, B A, ...), so drift hits every side alike."""
+    per_round = alternate_until(launches, timing, lambda done, _: len(done[next(iter(done))]) >= rounds, budget,
+                                device)
+    return {name: tuple(t for r in v for t in r) for name, v in per_round.items()}
+
+
+def alternate_until(launches: dict, timing: Timing, enough, budget: str = "confirm", device=None,
+                    clock=time.monotonic, started=None) -> dict:
+    """{name: (round's samples in seconds, ...)}: rounds as ``alternate`` times them, until ``enough({name:
+    rounds so far}, seconds since ``started``)`` is true (asked before every round; the gate's rule is
+    decide/remeasure.stop_rule). ``clock``: seconds (a test's fake); ``started``: its reading at the start."""
     names = list(launches)
-    samples = {name: [] for name in names}
-    for r in range(rounds):
+    rounds = {name: [] for name in names}
+    started = clock() if started is None else started
+    r = 0
+    while not enough({name: tuple(v) for name, v in rounds.items()}, clock() - started):
         for name in (names if r % 2 == 0 else names[::-1]):
             s = time_gpu(launches[name], timing, budget, device=device)
-            samples[name].extend(t / 1e3 for t in s.times_ms)
-    return {name: tuple(v) for name, v in samples.items()}
+            rounds[name].append(tuple(t / 1e3 for t in s.times_ms))
+        r += 1
+    return {name: tuple(v) for name, v in rounds.items()}
 
 
 def interleaved(cases, repo, base_commit, head_commit, timing: Timing, rounds: int) -> dict:
-    """{case key: (base samples, head samples)} in seconds, for TileLang cases."""
-    device = gpu()
+    """{case key: (base samples, head samples)} in seconds, for TileLang cases: ``rounds`` rounds each."""
+    per_round = interleaved_until(cases, repo, base_commit, head_commit, timing,
+                                  lambda case: lambda done, _: len(done["base"]) >= rounds)
+    return {key: tuple(tuple(t for r in side for t in r) for side in sides) for key, sides in per_round.items()}
+
+
+def interleaved_until(cases, repo, base_commit, head_commit, timing: Timing, stop_for, clock=time.monotonic) -> dict:
+    """{case key: (base rounds, head rounds)}, each round a tuple of samples in seconds, for TileLang cases;
+    ``stop_for(case)`` gives the case's ``enough`` (alternate_until), its seconds counted from this call on, over
+    every case together (the PR's budget; compiles included)."""
+    device, started = gpu(), clock()
     results = {}
     for case in cases:
         if not case.impl.startswith(TILELANG_PREFIX):
             raise ConfirmError(f"{case.label()}: only TileLang kernels change between commits")
         inputs = Inputs(case, device)
-        sides = alternate({"base": launch_at(repo, base_commit, case, inputs),
-                           "head": launch_at(repo, head_commit, case, inputs)},
-                          timing, rounds, device=device)
+        sides = alternate_until({"base": launch_at(repo, base_commit, case, inputs),
+                                 "head": launch_at(repo, head_commit, case, inputs)},
+                                timing, stop_for(case), device=device, clock=clock, started=started)
         results[case.key] = (sides["base"], sides["head"])
         del inputs
         torch.cuda.empty_cache()

@@ -9,18 +9,18 @@ the header says which GPU measured each side, and when. Static HTML and one PNG;
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlagate.decide.stats import change_interval
 from mlagate.decide.vocabulary import Status
 from mlagate.measure import environment
-from mlagate.measure.summary import median_ci
 from mlagate.report.build_report import FINDING_ICON
 from mlagate.report.page import STYLE, escape, table
 from mlagate.report.plots import distributions_png
 from mlagate.report.schedules import html as schedule_section
-from mlagate.report.text import ICON, TITLE
+from mlagate.report.text import ICON, TITLE, detectable_text, remeasure_text
 from mlagate.store.results_file import BENCH_TIME
 
-ORDER = (Status.REGRESSION, Status.ERROR, Status.ACCEPTED, Status.PASS, Status.NO_BASELINE, Status.SKIPPED,
-         Status.REMOVED)
+ORDER = (Status.REGRESSION, Status.ERROR, Status.UNSURE, Status.ACCEPTED, Status.PASS, Status.NO_BASELINE,
+         Status.SKIPPED, Status.REMOVED)
 RESOURCES = (("registers", "registers"), ("spill_stores", "spill stores B"), ("spill_loads", "spill loads B"),
              ("smem", "shared memory B"), ("blocks_per_sm", "blocks/SM"))
 
@@ -40,15 +40,6 @@ class Sides:
 def _order(cv) -> tuple:
     noted = bool(cv.warnings) or cv.flagged
     return ORDER.index(cv.status), not noted, -(cv.change or 0.0)
-
-
-def change_interval(base, head, confidence: float = 0.99) -> tuple | None:
-    """Bounds of head/base - 1 from the order-statistic intervals of both medians (conservative: the
-    ratio of the far ends), or None where either interval does not exist."""
-    (b_lo, b_hi), (h_lo, h_hi) = median_ci(base, confidence), median_ci(head, confidence)
-    if any(v != v for v in (b_lo, b_hi, h_lo, h_hi)):
-        return None
-    return h_lo / b_hi - 1, h_hi / b_lo - 1
 
 
 def _samples(results, key):
@@ -72,8 +63,8 @@ def _remeasure(cv) -> str:
     c = cv.confirmation
     if not c:
         return '<span class="na">—</span>'
-    agrees = "agrees" if c["agrees"] else "does not agree"
-    return f"{c['change']:+.1%} <small>p = {c['p_value']:.1e}, {c['samples'][0]}+{c['samples'][1]}, {agrees}</small>"
+    change, _, rest = remeasure_text(c).partition(" ")
+    return f"{escape(change)} <small>{escape(rest)}</small>"
 
 
 def case_rows(cases, samples: dict, floor: float) -> list:
@@ -88,7 +79,7 @@ def case_rows(cases, samples: dict, floor: float) -> list:
         p = "—" if cv.p_value is None else f"{cv.p_value:.1e}"
         notes = "<br>".join(escape(n.text) for n in (*cv.reasons, *cv.warnings))
         rows.append([escape(cv.label), ICON[cv.status], _us(cv.base_median_s), _us(cv.head_median_s), change, p,
-                     _remeasure(cv), _ratio(cv, floor), f'<span class="notes">{notes}</span>'])
+                     _remeasure(cv), detectable_text(cv), _ratio(cv, floor), f'<span class="notes">{notes}</span>'])
     return rows
 
 
@@ -132,7 +123,8 @@ def write_page(out: Path, verdict, sides: Sides, cfg, schedules: dict | None = N
                   "blue otherwise), relative to base's median; the dashed line is the gate's threshold.</figcaption>"
                   "</figure>")
     header = ["case", "verdict", "base µs", "head µs", "change [99% interval]", "p (slower)",
-              "interleaved re-measure", f"vendor ratio ({escape(cfg.platform(verdict.platform).vendor)})",
+              "interleaved re-measure",
+              "detectable (α, 80% power)", f"vendor ratio ({escape(cfg.platform(verdict.platform).vendor)})",
               "reasons and notes"]
     changes = resource_changes(sides.builds)
     if changes:

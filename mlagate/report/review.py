@@ -8,6 +8,8 @@ from mlagate.case import TILELANG_PREFIX, family_impl
 from mlagate.config import DEFAULT_PATH, ROOT
 from mlagate.decide.vocabulary import Status
 
+FAILING = (Status.REGRESSION, Status.ERROR, Status.UNSURE)  # what gate.md explains and says how to reproduce
+
 KERNELS = ROOT / "kernels"  # the source tree of mlagate.kernels, as the repository lays it out
 CONFIG = DEFAULT_PATH.relative_to(ROOT).as_posix()  # perf.yml: the grid, the timing and the rules of every case
 
@@ -38,7 +40,8 @@ def summary(verdict) -> str:
                      + (f" {worst.change:+.1%}" if worst.change is not None else ""))
     else:
         parts.append(f"no regression in {len(gated)} gated cases")
-    for status, word in ((Status.ACCEPTED, "accepted"), (Status.ERROR, "errors")):
+    for status, word in ((Status.UNSURE, "unsure (the re-measure could not decide)"), (Status.ACCEPTED, "accepted"),
+                         (Status.ERROR, "errors")):
         n = sum(c.status == status for c in verdict.cases)
         if n:
             parts.append(f"{n} {word}")
@@ -110,7 +113,7 @@ def reproduce(verdict, review: Review) -> list:
     """[(command, labels)]: the `mlagate bench` line that measures each failing case at head, then the gate
     line that records what is missing and re-measures the flagged cases interleaved."""
     lines = {}
-    for cv in (c for c in verdict.cases if c.status in (Status.REGRESSION, Status.ERROR)):
+    for cv in (c for c in verdict.cases if c.status in FAILING):
         impl, _, _, dtype, *_ = cv.case
         grid = (review.grids or {}).get(cv.case, "full")
         impls = [impl] + ([review.vendor] if review.vendor and impl != review.vendor else [])
@@ -126,7 +129,7 @@ def reproduce(verdict, review: Review) -> list:
 
 def sections(verdict, review: Review | None) -> list:
     """gate.md's lines after the summary: changed files and reproduce commands (nothing when all pass)."""
-    failing = [c for c in verdict.cases if c.status in (Status.REGRESSION, Status.ERROR)]
+    failing = [c for c in verdict.cases if c.status in FAILING]
     if review is None or not failing:
         return []
     lines = ["", "### Changed files the failing cases depend on", ""]
@@ -151,10 +154,11 @@ def fields(verdict, review: Review | None) -> dict:
     """The reviewer sections as verdict.json fields, which the PR comment's template fills from."""
     bad = [c for c in verdict.cases if c.status == Status.REGRESSION and c.change is not None]
     worst = max(bad, key=lambda c: c.change, default=None)
-    failing = [c for c in verdict.cases if c.status in (Status.REGRESSION, Status.ERROR)]
+    failing = [c for c in verdict.cases if c.status in FAILING]
     out = {"summary": {"gated": sum(c.status != Status.REMOVED for c in verdict.cases),
                        "regressed": sum(c.status == Status.REGRESSION for c in verdict.cases),
                        "accepted": sum(c.status == Status.ACCEPTED for c in verdict.cases),
+                       "unsure": sum(c.status == Status.UNSURE for c in verdict.cases),
                        "min_change": min((c.change for c in bad), default=None),
                        "max_change": worst.change if worst else None, "worst": worst.case if worst else None}}
     if review is None:

@@ -6,6 +6,7 @@ from mlagate.decide.vocabulary import Kind, Note, Outcome, Status
 from mlagate.measure.clocks import locked_from_clocks
 from mlagate.report import schedules
 from mlagate.report.build_report import FINDING_ICON
+from mlagate.report.review import FAILING  # shown under "Why" (unsure: with its interval)
 
 
 def _fmt(value, spec):
@@ -41,10 +42,23 @@ def bench_table(results, *, vendor: str | None = None):
 
 ICON = {Status.PASS: "✅ pass", Status.REGRESSION: "❌ regression", Status.ERROR: "⛔ error",
         Status.NO_BASELINE: "🆕 no baseline", Status.REMOVED: "➖ removed", Status.SKIPPED: "⏭ skipped",
-        Status.ACCEPTED: "☑️ accepted"}
+        Status.ACCEPTED: "☑️ accepted", Status.UNSURE: "❔ unsure"}
 TITLE = {Outcome.PASS: "✅ MLA decode perf gate: pass", Outcome.REGRESSION: "❌ MLA decode perf gate: regression",
+         Outcome.UNSURE: "❔ MLA decode perf gate: unsure (could not decide: fails closed)",
          Outcome.ERROR: "⛔ MLA decode perf gate: error (fails closed)"}
-FAILING = (Status.REGRESSION, Status.ERROR)
+
+
+def remeasure_text(c: dict) -> str:
+    """An interleaved re-measure in one line: change, 99% interval, rounds, what it decided."""
+    interval = c.get("interval")
+    shown = "" if not interval else f" [99% interval {interval[0]:+.2%}, {interval[1]:+.2%}]"
+    rounds = f"{c['rounds']} rounds, " if c.get("rounds") is not None else ""
+    return (f"{c['change']:+.2%}{shown} (p = {c['p_value']:.1e}, {rounds}{c['samples'][0]}+{c['samples'][1]} "
+            f"samples): {c.get('decision', 'regression' if c['agrees'] else 'pass')}")
+
+
+def detectable_text(cv) -> str:
+    return "—" if cv.detectable is None else f"{cv.detectable:.2%}"
 
 
 def _us(seconds):
@@ -79,9 +93,7 @@ def gate_markdown(verdict, *, plot: str | None = None, vendor: str = "vendor", p
         for c in bad:
             lines.append(f"- **{c.label}**: " + _texts(c.reasons))
             if c.confirmation:
-                lines.append(f"  - confirmed by interleaved re-measure: {c.confirmation['change']:+.1%} "
-                             f"(p = {c.confirmation['p_value']:.1e}, {c.confirmation['samples'][0]}+"
-                             f"{c.confirmation['samples'][1]} samples)")
+                lines.append(f"  - interleaved re-measure: {remeasure_text(c.confirmation)}")
     lines += reviewer.sections(verdict, review)
     accepted = [c for c in verdict.cases if c.status == Status.ACCEPTED]
     if accepted:
@@ -89,14 +101,16 @@ def gate_markdown(verdict, *, plot: str | None = None, vendor: str = "vendor", p
         lines += [f"- **{c.label}**: {next(w.text for w in c.warnings if w.kind == Kind.ACCEPTED)}"
                   for c in accepted]
     lines += ["", f"<details><summary>All {len(verdict.cases)} cases</summary>", "",
-              f"| case | base µs | head µs | change | p (slower) | TFLOPs ratio vs {vendor} | verdict |",
-              "|---|---:|---:|---:|---:|---:|---|"]
+              f"| case | base µs | head µs | change | p (slower) | detectable | TFLOPs ratio vs {vendor} | verdict |",
+              "|---|---:|---:|---:|---:|---:|---:|---|"]
     for c in verdict.cases:
         change = "—" if c.change is None else f"{c.change:+.1%}"
         p = "—" if c.p_value is None else f"{c.p_value:.1e}"
         lines.append(f"| {c.label} | {_us(c.base_median_s)} | {_us(c.head_median_s)} | {change} | {p} | "
-                     f"{_ratio_cell(c)} | {ICON[c.status]} |")
-    lines += ["", "</details>"]
+                     f"{detectable_text(c)} | {_ratio_cell(c)} | {ICON[c.status]} |")
+    lines += ["", "Detectable: the smallest slowdown each case's deciding samples (the re-measure's where one was "
+              "made) would show at the rule's alpha with 80% power, from their own spread; one above the "
+              "threshold is under-powered (a note).", "", "</details>"]
     if review is not None:
         lines += schedules.markdown(review.schedules)
     if verdict.build_findings:

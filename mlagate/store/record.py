@@ -26,7 +26,7 @@ from pathlib import Path
 
 from mlagate import gitops
 from mlagate.gitops import git, resolve
-from mlagate.measure import asv_one_process, environment
+from mlagate.measure import asv_one_process, environment, kernels_run
 from mlagate.measure.asv_suite import CASES_ENV, DEADLINE_ENV, GPUS_ENV, SHARD_ENV
 from mlagate.measure.grid import parse_gpus
 from mlagate.measure.shards import parse_shard
@@ -149,11 +149,14 @@ def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, dead
         raise StoreError(f"asv wrote no results for {commit[:8]} (exit code {code}; its log is above); "
                          "nothing was stored")
     staged.write_sidecar(machine, commit, "asv-log", {"command": cmd, "exit_code": code, "log": log[-200_000:]})
+    cases = json.loads(cases_file.read_text()) if cases_file.exists() else None  # none: a commit from before
+    if cases is not None:  # the vendor kernels that ran, beside their versions (one measurement per record)
+        start["vendors"] = kernels_run.by_row(cases["results"], start["vendors"])
     staged.write_sidecar(machine, commit, "env", {"start": start, "end": end, "grid": grid, "dtypes": dtypes,
                                                   "impls": impls, "platform": start["platform"], "gpus": gpus,
                                                   "shard": shard, "gpu_consistency": gpu_check})
-    if cases_file.exists():  # a commit from before one measurement per record writes none
-        staged.write_sidecar(machine, commit, "cases", json.loads(cases_file.read_text()))
+    if cases is not None:
+        staged.write_sidecar(machine, commit, "cases", cases)
     return staging
 
 

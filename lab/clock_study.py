@@ -1,0 +1,80 @@
+"""Does each window's SM clock explain the untouched cases' noise? Their changes raw, normalized, binned (CPU).
+
+Raw, clock-normalized and within-clock-bin changes between recorded commits.
+
+For every commit of a results store against ``--base`` (default: the one recorded first), per TileLang case both
+recorded, the change three ways (mlagate/decide/clock_compare.py); then, over the cases no ``--touched`` pattern
+names (case labels as gate.md prints them, fnmatch), the rms change of each way in percentage points. An untouched
+case's change is the runner's noise: the way with the smallest rms reads it best. A ladder's stores are
+OUT/rep*/results; its base is `ladder.json`'s `base`.
+
+    python -m lab.clock_study demo/results --touched 'tilelang-seesaw h=* float16'
+"""
+
+import argparse
+import fnmatch
+
+
+def study(store_path: str, base: str | None, touched: list) -> dict:
+    from mlagate.case import case_label
+    from mlagate.decide import clock_compare
+    from mlagate.store.results import Store
+    from mlagate.store.results_file import BENCH_TIME
+
+    store = Store(store_path)
+    rows = {}
+    for machine in store.machines():
+        recorded = store.load_all(machine)
+        first = next((c for c in recorded if base and c.startswith(base)), None) if base else \
+            min(recorded, key=lambda c: (store.read_sidecar(machine, c, "env") or {}).get("start", {}).get("time", ""))
+        if first is None:
+            raise SystemExit(f"{store_path}: no commit {base} recorded on {machine}")
+        windows = {c: {case_key(r): r["samples"].get("windows") for r in
+                       (store.read_sidecar(machine, c, "cases") or {}).get("results", []) if r.get("samples")}
+                   for c in recorded}
+        for commit, results in recorded.items():
+            if commit == first:
+                continue
+            for key, head in results.entries(BENCH_TIME).items():
+                b = recorded[first].entries(BENCH_TIME).get(key)
+                if not key[0].startswith("tilelang") or not b or b.status != "ok" or head.status != "ok":
+                    continue
+                label = case_label(key)
+                got = clock_compare.changes(b.samples, windows[first].get(sidecar_key(key)), head.samples,
+                                            windows[commit].get(sidecar_key(key)))
+                rows[(machine, commit[:10], label)] = (got, any(fnmatch.fnmatchcase(label, p) for p in touched))
+    return rows
+
+
+def case_key(row) -> tuple:
+    return (row["impl"], row["batch"], row["seqlen"], row["dtype"], row["heads"], row.get("q_len", 1),
+            row["workload"])
+
+
+def sidecar_key(key) -> tuple:
+    return key if len(key) == 7 else (*key[:5], 1, key[-1])
+
+
+def main(argv=None):
+    from mlagate.decide.clock_compare import VARIANTS, rms_pp
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("store", help="a results store (mlagate record --results)")
+    p.add_argument("--base", default=None, help="the commit (prefix) every other one is compared with")
+    p.add_argument("--touched", action="append", default=[], help="labels of cases the change touched (fnmatch)")
+    args = p.parse_args(argv)
+    rows = study(args.store, args.base, args.touched)
+    print("| commit | case | touched | " + " | ".join(VARIANTS) + " |\n|---|---|---|" + "---:|" * len(VARIANTS))
+    for (_, commit, label), (got, touched) in sorted(rows.items()):
+        cells = " | ".join("–" if got[v] is None else f"{100 * got[v]:+.2f}%" for v in VARIANTS)
+        print(f"| {commit} | {label} | {'yes' if touched else ''} | {cells} |")
+    untouched = [got for got, touched in rows.values() if not touched]
+    print(f"\nuntouched cases: {len(untouched)}; rms change (pp): " + ", ".join(
+        f"{v} {rms_pp(g[v] for g in untouched):.3f} over {sum(g[v] is not None for g in untouched)}"
+        if any(g[v] is not None for g in untouched) else f"{v} –" for v in VARIANTS))
+    clocked = [g for g in untouched if g["normalized"] is not None and abs(g["normalized"] - g["raw"]) > 1e-9]
+    print(f"of them, {len(clocked)} read differently normalized (their windows read more than one clock)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""The fp8 KV cache without a GPU: lowering per architecture and format, input checks, the dequantized reference."""
+
+import math
+import re
+
+import pytest
+import torch
+
+from mlagate.kernels import mla_decode as m
+from mlagate.kernels import mla_decode_paged as p
+from test_kernel_cpu import MMA_CALLS, kernel_body
+
+FN, FNUZ = "float8_e4m3fn", "float8_e4m3fnuz"
+
+
+def test_each_arch_has_one_fp8_format():
+    assert m.FP8_FORMAT == {"sm_90": FN, "sm_90a": FN, "gfx942": FNUZ}
+    assert m.FP8_DTYPES == (FN, FNUZ)
+    for arch, fmt in m.FP8_FORMAT.items():
+        m.check_kv_format(fmt, arch)
+        m.check_kv_format("bfloat16", arch)  # a 16-bit cache has no format to match
+    with pytest.raises(ValueError, match=f"kv_dtype: a {FN} cache on gfx942, whose fp8 format is {FNUZ}"):
+        m.check_kv_format(FN, "gfx942:sramecc+:xnack-")
+    with pytest.raises(ValueError, match=f"kv_dtype: a {FNUZ} cache on sm_90, whose fp8 format is {FN}"):
+        m.check_kv_format(FNUZ, "sm_90")
+    with pytest.raises(ValueError, match="no fp8 cache format known for architecture 'sm_80'"):
+        m.check_kv_format(FN, "sm_80")
+
+
+# The fp8 cache as the kernel takes it: tiles of the dtype TileLang 0.1.15 emits for it (fp8_e4_t; on gfx942 its HIP
+# header makes that the fnuz variant; on Hopper a TMA descriptor hides the dtype from the signature, not from the
+# shared tiles) and the scale, a float32 pointer.
+def fp8_params(source: str) -> tuple:
+    params = re.search(r"__global__ void (?:__launch_bounds__\([^)]*\) )?\w+\(([^)]*)\)", source).group(1)
+    return "fp8_e4_t" in kernel_body(source), bool(re.search(r"float\* __restrict__ Kv_scale\b", params))
+
+
+@pytest.mark.parametrize("arch,fmt,config,marker", [
+    ("gfx942", FNUZ, "cdna3", "mfma"),
+    pytest.param("gfx942", FNUZ, "cdna3-no-split", "mfma", marks=pytest.mark.slow),
+    pytest.param("sm_90a", FN, "hopper", "wgmma", marks=pytest.mark.slow),
+    pytest.param("sm_90a", FN, "cdna3", "mma", marks=pytest.mark.slow),
+])
+def test_fp8_cache_kernels_lower_without_a_gpu(arch, fmt, config, marker):
+    cfg = m.CDNA3.with_(num_split=1) if config == "cdna3-no-split" else m.CONFIGS[config]
+    shape = m.Shape(batch=64, seqlen=4096, heads=128, dtype="bfloat16", kv_dtype=fmt)
+    source = m.lower(shape, cfg, arch)
+    assert fp8_params(source) == (True, True)
+    assert len(re.findall(MMA_CALLS[marker], kernel_body(source))) >= 3, marker
+    # kv_scale folded into the score scale, not multiplied into a K element: 0.0601 = 576 ** -0.5 * log2(e)
+    assert re.search(r"6\.011229e-02\S* \* Kv_scale\[0\]", source)
+    sixteen = m.lower(m.Shape(batch=64, seqlen=4096, heads=128, dtype="bfloat16"), cfg, arch)
+    assert fp8_params(sixteen) == (False, False) and "Kv_scale" not in sixteen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch,fmt,config,page_size", [
+    ("sm_90a", FN, "hopper", 64), ("sm_90a", FN, "hopper", 1), ("gfx942", FNUZ, "cdna3", 64),
+])
+def test_fp8_paged_kernels_lower_without_a_gpu(arch, fmt, config, page_size):
+    shape = p.PagedShape(batch=4, heads=16, max_pages=64, page_size=page_size, dtype="bfloat16", kv_dtype=fmt)
+    source = p.lower(shape, m.CONFIGS[config].with_(num_split=0), arch)
+    assert fp8_params(source) == (True, True)
+
+
+def test_the_seesaw_and_a_wrong_format_are_refused_before_lowering():
+    fp8 = m.Shape(batch=64, seqlen=4096, heads=16, dtype="bfloat16", kv_dtype=FN)
+    with pytest.raises(ValueError, match="config seesaw: the seesaw schedule has no fp8 cache"):
+        m.plan(fp8, m.SEESAW, "sm_90a")
+    assert m.plan(fp8, m.HOPPER, "sm_90a").shape.kv_dtype == FN
+    with pytest.raises(ValueError, match=f"kv_dtype: a {FN} cache on gfx942"):
+        m.plan(fp8, m.CDNA3, "gfx942")
+    paged = p.PagedShape(batch=2, heads=16, max_pages=4, page_size=64, dtype="bfloat16", kv_dtype=FNUZ)
+    with pytest.raises(ValueError, match=f"kv_dtype: a {FNUZ} cache on sm_90a"):
+        p.plan(paged, m.HOPPER.with_(num_split=0), "sm_90a")
+    assert p.plan(paged, m.CDNA3.with_(num_split=0), "gfx942").shape.dense().kv_dtype == FNUZ
+
+
+def test_shape_kv_dtype_defaults_to_the_query_dtype_and_is_checked():
+    assert m.Shape(batch=1, seqlen=8, dtype="bfloat16").kv_dtype == "bfloat16"
+    assert m.Shape(batch=1, seqlen=8, dtype="bfloat16") == m.Shape(batch=1, seqlen=8, dtype="bfloat16",
+                                                                   kv_dtype="bfloat16")
+    assert m.Shape(batch=1, seqlen=8, kv_dtype=FN).kv_fp8 and not m.Shape(batch=1, seqlen=8).kv_fp8
+    for kv_dtype in (FN, FNUZ):
+        m.Shape(batch=1, seqlen=8, dtype="bfloat16", kv_dtype=kv_dtype).check()
+    for bad in ("float16", "float32", "float8_e5m2", "e4m3"):
+        with pytest.raises(ValueError, match=f"kv_dtype must be the query's dtype 'bfloat16' or an fp8 format.*{bad}"):
+            m.Shape(batch=1, seqlen=8, dtype="bfloat16", kv_dtype=bad).check()
+        with pytest.raises(ValueError, match="kv_dtype must be"):
+            p.PagedShape(batch=1, heads=16, max_pages=1, page_size=1, dtype="bfloat16", kv_dtype=bad).check()
+    paged = p.PagedShape.holding([5, 70], 16, 64, "bfloat16", kv_dtype=FN)
+    assert paged.dense().kv_dtype == paged.at_mean_length([5, 70]).kv_dtype == FN
+
+
+def fp8_inputs(fmt=FN, **shape):
+    shape = m.Shape(**{"batch": 2, "seqlen": 64, "heads": 16, "dtype": "bfloat16", "dim": 32, "pe_dim": 8,
+                       "kv_dtype": fmt, **shape})
+    q, q_pe, kv, k_pe, kv_scale = m.random_inputs(shape, seed=0)
+    return {"q": q, "q_pe": q_pe, "kv": kv, "k_pe": k_pe, "kv_scale": kv_scale}
+
+
+@pytest.mark.parametrize("changes,message", [
+    (lambda a: {"kv_scale": None}, "kv_scale: an fp8 cache needs its per-tensor scale"),
+    (lambda a: {"kv_scale": float("nan")}, "kv_scale: must be positive and finite, got nan"),
+    (lambda a: {"kv_scale": float("inf")}, "kv_scale: must be positive and finite, got inf"),
+    (lambda a: {"kv_scale": 0.0}, "kv_scale: must be positive and finite, got 0.0"),
+    (lambda a: {"kv_scale": -0.5}, "kv_scale: must be positive and finite, got -0.5"),
+    (lambda a: {"kv_scale": True}, "kv_scale: must be a float, got bool"),
+    (lambda a: {"kv_scale": torch.tensor([0.5])}, "kv_scale: must be a float, got Tensor"),
+    (lambda a: {"kv": a["kv"].to(torch.bfloat16), "k_pe": a["k_pe"].to(torch.bfloat16)},
+     "kv_scale: given .* for a 16-bit cache, which takes none"),
+    (lambda a: {"k_pe": a["k_pe"].to(torch.bfloat16)}, "k_pe: dtype torch.bfloat16 differs from the cache's"),
+    (lambda a: {"k_pe": a["k_pe"].view(torch.float8_e4m3fnuz)}, "k_pe: dtype torch.float8_e4m3fnuz differs"),
+    (lambda a: {"kv": a["kv"].view(torch.float8_e5m2)}, "kv: dtype must be float16 or bfloat16 .or an fp8 format"),
+    (lambda a: {"q": a["q"].to(torch.float8_e4m3fn)}, r"q: dtype must be float16 or bfloat16, got"),
+    (lambda a: {}, "q: must be on a GPU"),  # valid inputs: only the device is wrong here
+])
+def test_fp8_inputs_are_checked_naming_the_argument(changes, message):
+    args = fp8_inputs()
+    args.update(changes(args))
+    with pytest.raises(ValueError, match=message):
+        m.mla_decode(**args)
+
+
+def test_valid_fp8_inputs_give_their_shape(monkeypatch):
+    monkeypatch.setattr(m, "check_device", lambda named: None)
+    for fmt in (FN, FNUZ):
+        args = fp8_inputs(fmt)
+        assert m.check_inputs(**args) == m.Shape(batch=2, seqlen=64, heads=16, dtype="bfloat16", dim=32, pe_dim=8,
+                                                 kv_dtype=fmt)
+
+
+def test_paged_fp8_inputs_are_checked(monkeypatch):
+    q, q_pe, kv, k_pe, table, seqlens, kv_scale = p.random_paged_inputs(
+        2, 16, [5, 70], 64, "bfloat16", dim=32, pe_dim=8, kv_dtype=FNUZ)
+    assert kv.dtype == k_pe.dtype == torch.float8_e4m3fnuz and isinstance(kv_scale, float)
+    with pytest.raises(ValueError, match="kv_scale: an fp8 cache needs"):
+        p.mla_decode_paged(q, q_pe, kv, k_pe, table, seqlens)
+    with pytest.raises(ValueError, match="kv_scale: must be positive and finite"):
+        p.mla_decode_paged(q, q_pe, kv, k_pe, table, seqlens, kv_scale=-1.0)
+    with pytest.raises(ValueError, match="kv_scale: given"):
+        p.mla_decode_paged(q, q_pe, kv.bfloat16(), k_pe.bfloat16(), table, seqlens, kv_scale=kv_scale)
+    with pytest.raises(ValueError, match="k_pe_cache: dtype torch.bfloat16 differs from the cache's"):
+        p.mla_decode_paged(q, q_pe, kv, k_pe.bfloat16(), table, seqlens, kv_scale=kv_scale)
+    monkeypatch.setattr(p, "check_device", lambda named: None)
+    shape = p.check_paged_inputs(q, q_pe, kv, k_pe, table, seqlens, kv_scale)
+    assert shape == p.PagedShape.holding([5, 70], 16, 64, "bfloat16", dim=32, pe_dim=8, kv_dtype=FNUZ)
+
+
+@pytest.mark.parametrize("fmt", [FN, FNUZ])
+def test_quantize_is_a_serving_engines_per_tensor_scale(fmt):
+    kv, k_pe = torch.randn(2, 300, 1, 32) * 3, torch.randn(2, 300, 1, 8)
+    kv8, k_pe8, kv_scale = m.quantize(kv, k_pe, fmt)
+    fp8_max = torch.finfo(getattr(torch, fmt)).max
+    amax = max(kv.abs().max().item(), k_pe.abs().max().item())
+    assert kv_scale == torch.tensor(amax / fp8_max, dtype=torch.float32).item()  # a float32 value, as kernels read
+    assert max(kv8.float().abs().max().item(), k_pe8.float().abs().max().item()) == fp8_max
+    kv64, k_pe64 = m.dequantized(kv8, k_pe8, kv_scale)
+    assert kv64.dtype == torch.float64
+    # e4m3 keeps 3 mantissa bits: a normal value within 2^-4 relative; a subnormal within half its step
+    step = 2.0 ** (-9 if fmt == FN else -10) * kv_scale
+    for got, want in ((kv64, kv), (k_pe64, k_pe)):
+        assert ((got - want.double()).abs() <= want.double().abs() * 2 ** -4 + step / 2).all()
+
+
+def test_the_reference_of_an_fp8_cache_is_the_reference_of_its_dequantized_values():
+    args = fp8_inputs(FNUZ, s_q=2)
+    q, q_pe, kv, k_pe, kv_scale = args.values()
+    out, lse = m.reference(q, q_pe, kv, k_pe, torch.float64, kv_scale=kv_scale)
+    kv64, k_pe64 = kv.double() * kv_scale, k_pe.double() * kv_scale
+    want_out, want_lse = m.reference(q, q_pe, kv64, k_pe64, torch.float64)
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    # and that is attention over those values, computed naively in float64
+    query = torch.cat([q, q_pe], -1).double().flatten(1, 2)  # [b, s_q x heads, 40]
+    key = torch.cat([kv64, k_pe64], -1)[:, :, 0]
+    scores = query @ key.transpose(1, 2) / math.sqrt(40)
+    scores = scores.masked_fill(~m.causal_mask(2, 16, 64, "cpu"), -math.inf)
+    naive = torch.softmax(scores, -1) @ kv64[:, :, 0]
+    torch.testing.assert_close(out.flatten(1, 2), naive, rtol=1e-12, atol=1e-12)
+    # the scale matters: the fp8 values read as they are give another answer
+    assert not torch.allclose(m.reference(q, q_pe, kv.double(), k_pe.double(), torch.float64)[0], out, atol=0.01)
+
+
+def test_the_paged_reference_dequantizes_too():
+    q, q_pe, kv, k_pe, table, seqlens, kv_scale = p.random_paged_inputs(
+        2, 16, [5, 70], 64, "bfloat16", dim=32, pe_dim=8, kv_dtype=FN)
+    out, lse = p.reference_paged(q, q_pe, kv, k_pe, table, seqlens, torch.float64, kv_scale=kv_scale)
+    want = p.reference_paged(q, q_pe, kv.double() * kv_scale, k_pe.double() * kv_scale, table, seqlens,
+                             torch.float64)
+    assert torch.equal(out, want[0]) and torch.equal(lse, want[1])
+
+
+def test_random_fp8_inputs_are_seeded():
+    a, b = fp8_inputs(), fp8_inputs()
+    assert all(torch.equal(x.view(torch.uint8) if x.dtype.itemsize == 1 else x, y.view(torch.uint8)
+                           if y.dtype.itemsize == 1 else y) for x, y in zip(list(a.values())[:4], list(b.values())[:4]))
+    assert a["kv_scale"] == b["kv_scale"] > 0 and a["kv"].dtype == torch.float8_e4m3fn
+    sixteen = m.random_inputs(m.Shape(batch=2, seqlen=64, heads=16, dtype="bfloat16", dim=32, pe_dim=8), seed=0)
+    assert len(sixteen) == 4  # a 16-bit cache: no scale
+
+
+def test_the_ladder_wraps_the_attend_macro_before_and_after_its_kv_scale():
+    from mlagate.ladder import rules as ladder
+
+    source = open(m.__file__).read()
+    assert ladder.unpatchable(source) is None
+    earlier = source.replace("K_pe, Kv_scale, Block_table, bx", "K_pe, Block_table, bx", 1)
+    assert earlier != source and ladder.unpatchable(earlier) is None
+    assert "def spun(Q, Q_pe, KV, K_pe, Block_table," in ladder.patched(earlier, 5, {("hopper",): 1}, "r")
+    assert "def spun(Q, Q_pe, KV, K_pe, Kv_scale, Block_table," in ladder.patched(source, 5, {("hopper",): 1}, "r")
