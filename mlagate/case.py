@@ -5,10 +5,12 @@ the asv suite, the tables and the report."""
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 
+from mlagate.hardware import ELEMENT_BYTES
+
 # The fields of a case's key, in order: also asv's parameter names, so stored results key the same way.
-# q_len: query tokens per sequence (s_q; MTP decode scores 2 or 4 at once). The workload stays last: the dense
-# benchmarks have every parameter but it.
-PARAM_NAMES = ("impl", "batch", "seqlen", "dtype", "heads", "q_len", "workload")
+# q_len: query tokens per sequence (s_q; MTP decode scores 2 or 4 at once); kv_dtype: the KV cache's dtype (the
+# query's, or an fp8 format). The workload stays last: the dense benchmarks have every parameter but it.
+PARAM_NAMES = ("impl", "batch", "seqlen", "dtype", "heads", "q_len", "kv_dtype", "workload")
 DENSE = "dense"  # the grid's own workload: one KV tensor, every sequence at seqlen (perf.yml `workloads:`)
 # A TileLang implementation is the prefix and its config family (tilelang-hopper); a tune candidate adds the
 # mark and one config of that family, as kernels/tuned.py spells it (tilelang-hopper@N64.H64.split0...).
@@ -33,16 +35,24 @@ class Case:
     dtype: str
     heads: int = 128
     q_len: int = 1  # query tokens per sequence (s_q), causal among themselves
+    kv_dtype: str = ""  # the cache's dtype; "" reads as the query's (a 16-bit cache, as before the axis)
     workload: str = DENSE
     # A workload's paged layout, derived from perf.yml (not part of the key): tokens per page and
     # each sequence's length.
     page_size: int = field(default=0, compare=False)
     lengths: tuple = field(default=(), compare=False)
 
+    def __post_init__(self):
+        if not self.kv_dtype:
+            object.__setattr__(self, "kv_dtype", self.dtype)
+        if self.kv_dtype not in ELEMENT_BYTES:  # a positional workload where kv_dtype now stands, say
+            raise ValueError(f"kv_dtype {self.kv_dtype!r} is not a dtype ({', '.join(ELEMENT_BYTES)})")
+
     @property
     def key(self) -> tuple:
-        """Identity of a case across commits (impl, batch, seqlen, dtype, heads, q_len, workload)."""
-        return (self.impl, self.batch, self.seqlen, self.dtype, self.heads, self.q_len, self.workload)
+        """Identity of a case across commits (impl, batch, seqlen, dtype, heads, q_len, kv_dtype, workload)."""
+        return (self.impl, self.batch, self.seqlen, self.dtype, self.heads, self.q_len, self.kv_dtype,
+                self.workload)
 
     @property
     def paged(self) -> bool:
@@ -55,9 +65,11 @@ class Case:
 def case_label(key: tuple, *, tag: bool = False) -> str:
     """What a reader sees: a workload by its name (``tag``: with its definition's digest, for the errors that
     say a definition changed), and for a workload case the kernel it runs when that is another family's."""
-    impl, batch, seqlen, dtype, heads, q_len, workload = key
-    # one query token is left unsaid, so labels (perf-accept.yml's patterns) read as before the q_len axis
-    point = f"{impl} h={heads}" + (f" s_q={q_len}" if q_len != 1 else "") + f" b={batch} s={seqlen} {dtype}"
+    impl, batch, seqlen, dtype, heads, q_len, kv_dtype, workload = key
+    # one query token and a cache in the query's dtype are left unsaid, so labels (perf-accept.yml's patterns)
+    # read as before the q_len and kv_dtype axes
+    point = f"{impl} h={heads}" + (f" s_q={q_len}" if q_len != 1 else "") + f" b={batch} s={seqlen} {dtype}" \
+        + (f" kv={kv_dtype}" if kv_dtype != dtype else "")
     if workload == DENSE:
         return point
     name = workload if tag else workload.partition(WORKLOAD_TAG_MARK)[0]
@@ -142,8 +154,8 @@ class CaseResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> "CaseResult":
-        """Of to_dict's output; files without heads read as heads = 128, without q_len as one query token
-        and without a workload as dense (Case's defaults)."""
+        """Of to_dict's output; files without heads read as heads = 128, without q_len as one query token,
+        without kv_dtype as a cache in the query's dtype and without a workload as dense (Case's defaults)."""
         case = Case(**{f.name: d[f.name] for f in fields(Case) if f.name in d})
         case = replace(case, lengths=tuple(case.lengths))
         known = {name: d[name] for name in METRICS if d.get(name) is not None}

@@ -48,3 +48,9 @@ EXPECTED_MATRIX = {"sm_90": "HGMMA", "gfx942": "MFMA"}
 # gfx90a and later (MI300X's gfx942): AGPRs share one register file per lane with the VGPRs and
 # start at the VGPR count aligned to this (LLVM's getTotalNumVGPRs).
 UNIFIED_VGPR_ALIGNMENT = 4
+
+# The fp8 format of a KV cache per platform: gfx942 (MI300X) computes in e4m3fnuz (bias 8, no negative zero),
+# Hopper in the OCP e4m3fn; one format read on the other arch is wrong by a factor of two.
+FP8_KV_FORMAT = {"rocm": "float8_e4m3fnuz", "cuda": "float8_e4m3fn"}
+# Bytes per element of every dtype a query or a cache is held in.
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e4m3fnuz": 1}

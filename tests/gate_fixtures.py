@@ -24,7 +24,7 @@ MACHINE = "h200"
 BASE = "b292e89299146d730f39171c242883358dbebc06"
 SLOW = "22e8a671f5b457b3f9725be37186cfdd3af3605a"
 DOCS = "fbc171ef793131d07af88223d8346cf4900799fd"
-HOPPER_64 = ("tilelang-hopper", 64, 4096, "float16", 128, 1, "dense")
+HOPPER_64 = ("tilelang-hopper", 64, 4096, "float16", 128, 1, "float16", "dense")
 RECORDED_WITH = "tilelang-hopper"  # the CUDA platform's TileLang config (its vendor ratio) when they were recorded
 
 

@@ -36,14 +36,18 @@ def test_benchmark_params_come_from_the_config(monkeypatch):
     from mlagate.measure import asv_suite
 
     params, names = asv_suite.params()
-    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "q_len"]
-    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"], [16], [1, 2]]
+    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "q_len", "kv_dtype"]
+    # Hopper's fp8 cache is read with a bf16 query: asv's product holds (float16, fp8) and (bfloat16, float16)
+    # too, which no case is (skipped: "not measured")
+    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16", "bfloat16"], [16], [1, 2],
+                      ["float16", "float8_e4m3fn"]]
     # the workloads' own classes: their parameter product is their cases, no dense point in it
     params, names = asv_suite.params(workloads=True)
-    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "q_len", "workload"]
+    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "q_len", "kv_dtype", "workload"]
     cfg = asv_suite.config()
     tags = [cfg.workloads[name].tag(64) for name in cfg.grid.workloads["quick"]]  # name@digest of the definition
-    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16"], [16], [1, 2], tags]
+    assert params == [["tilelang-hopper", "flash_mla"], [64, 128], [4096], ["float16", "bfloat16"], [16], [1, 2],
+                      ["float16", "float8_e4m3fn"], tags]
 
 
 def test_each_platform_measures_the_dtypes_its_vendor_takes(monkeypatch):
@@ -52,9 +56,11 @@ def test_each_platform_measures_the_dtypes_its_vendor_takes(monkeypatch):
     from mlagate.measure import asv_suite
 
     monkeypatch.setattr(asv_suite, "platform", lambda: "rocm")
-    assert {c.dtype for c in asv_suite.cases()} == {"bfloat16"}
-    monkeypatch.setattr(asv_suite, "platform", lambda: "cuda")
-    assert {c.dtype for c in asv_suite.cases()} == {"float16"}
+    assert {(c.dtype, c.kv_dtype) for c in asv_suite.cases()} == {("bfloat16", "bfloat16"),
+                                                                  ("bfloat16", "float8_e4m3fnuz")}
+    monkeypatch.setattr(asv_suite, "platform", lambda: "cuda")  # fp8: a bf16 query over Hopper's e4m3fn
+    assert {(c.dtype, c.kv_dtype) for c in asv_suite.cases()} == {("float16", "float16"),
+                                                                  ("bfloat16", "float8_e4m3fn")}
     monkeypatch.setenv("MLAGATE_DTYPES", "bfloat16,float16")
     assert {c.dtype for c in asv_suite.cases()} == {"bfloat16", "float16"}
 
@@ -156,8 +162,10 @@ def test_record_on_a_cpu_through_asv_then_refuses_a_second_record(tmp_path, caps
     entries = head.entries(BENCH_TIME)  # with the workloads' benchmark, read into the same cases
     cfg = config_mod.load()
     tags = ["dense", *(cfg.workloads[name].tag(64) for name in cfg.grid.workloads["quick"])]
-    assert set(entries) == {(i, b, 4096, "float16", 16, q, w) for i in ("torch", "aiter") for b in (64, 128)
-                            for q in (1, 2) for w in tags}
+    # asv's product: both query dtypes (float16; bfloat16, the fp8 cache's) and both caches (float16, e4m3fn)
+    assert set(entries) == {(i, b, 4096, d, 16, q, kv, w) for i in ("torch", "aiter") for b in (64, 128)
+                            for q in (1, 2) for d in ("float16", "bfloat16") for kv in ("float16", "float8_e4m3fn")
+                            for w in tags}
     assert all(e.status == "skipped" for e in entries.values())
     env = Store(store_dir).read_sidecar("cpu-test", head.commit, "env")
     assert env["grid"] == "quick" and env["start"]["commit"] == env["end"]["commit"] == head.commit
@@ -200,6 +208,9 @@ print(calls, "tilelang" in sys.modules)
     assert out.stdout.strip() == "[] False"
 
 
+FN = "float8_e4m3fn"
+
+
 @pytest.mark.slow
 def test_a_sharded_record_measures_only_its_runners_points(tmp_path, capsys, monkeypatch, clone):
     """--shard reaches the asv suite: the results file holds this runner's grid points only, and
@@ -216,9 +227,9 @@ def test_a_sharded_record_measures_only_its_runners_points(tmp_path, capsys, mon
     head = store.load("cpu-test", gitops.resolve("HEAD"))
     keys = head.entries(BENCH_TIME)
     # the file holds the product of the values of this runner's dense points (asv's parameters), no more
-    points = {(b, q) for b in (64, 128) for q in (1, 2)
-              if runner_shard(Case("torch", b, 4096, "float16", 16, q), 2) == mine}
-    assert {(k[1], k[5]) for k in keys if k[6] == "dense"} == {(b, q) for b, _ in points for _, q in points}
+    points = {(b, q) for b in (64, 128) for q in (1, 2) for d, kv in (("float16", "float16"), ("bfloat16", FN))
+              if runner_shard(Case("torch", b, 4096, d, 16, q, kv), 2) == mine}
+    assert {(k[1], k[5]) for k in keys if k[7] == "dense"} == {(b, q) for b, _ in points for _, q in points}
     # a workload's points are dealt by the same hash; the other runner's are only asv's parameter product
     others = [k for k in keys if runner_shard(Case(*k), 2) != mine]
     assert all(keys[k].status == "skipped" for k in others)

@@ -127,9 +127,10 @@ def test_a_bench_file_on_disk_reads_back_to_the_same_json():
         rows = json.load(f)["results"]
     results = [CaseResult.from_dict(r) for r in rows]
     windowless = {"budget": "", "windows": [], "dropped_ms": [], "uuid": ""}
-    dense = {"q_len": 1, "workload": "dense", "page_size": 0, "lengths": []}  # it predates workloads and q_len too
-    assert [r.to_dict() for r in results] == [{**r, **dense, "samples": {**r["samples"], **windowless}}
-                                              if r["samples"] else {**r, **dense} for r in rows]
+    # it predates workloads, q_len and kv_dtype too (a cache in the query's dtype)
+    dense = {"q_len": 1, "workload": "dense", "page_size": 0, "lengths": []}
+    assert [r.to_dict() for r in results] == [{**r, **dense, "kv_dtype": r["dtype"], "samples": {
+        **r["samples"], **windowless}} if r["samples"] else {**r, **dense, "kv_dtype": r["dtype"]} for r in rows]
     assert {r.status for r in results} == {RunStatus.OK, RunStatus.SKIPPED}
     assert all(r.samples.times_ms and r.tflops and r.vendor_ratio for r in results if r.status == RunStatus.OK)
 

@@ -20,8 +20,9 @@ def test_repository_config_loads():
     cfg = config.load()
     assert cfg.platform("cuda").vendor == "flash_mla"
     assert cfg.platform("rocm").vendor == "aiter"
-    assert len(cfg.grid.cases("full", ["tilelang-hopper"], ["float16"])) == 10 * 4 * 3  # points x heads x q_len
-    assert {c.heads for c in cfg.grid.cases("full", ["torch"], ["float16"])} == {16, 32, 64, 128}
+    # points x heads x q_len, at one (query, cache) format
+    assert len(cfg.grid.cases("full", ["tilelang-hopper"], [("float16", "float16")])) == 10 * 4 * 3
+    assert {c.heads for c in cfg.grid.cases("full", ["torch"], [("float16", "float16")])} == {16, 32, 64, 128}
     assert cfg.platform("rocm").dtypes == ("bfloat16",)  # what aiter's mla_decode_fwd takes
     assert len(cfg.digest) == 16
 

@@ -27,10 +27,10 @@ from mlagate.store.errors import StoreError
 from mlagate.store.results import CommitResults, Store
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, Entry, case_keys
 
-HOP = ("tilelang-hopper", 64, 4096, "float16", 128, 1, "dense")
-HOP_16 = ("tilelang-hopper", 64, 4096, "float16", 16, 1, "dense")
-CDNA = ("tilelang-cdna3", 64, 4096, "float16", 128, 1, "dense")
-VENDOR = ("flash_mla", 64, 4096, "float16", 128, 1, "dense")
+HOP = ("tilelang-hopper", 64, 4096, "float16", 128, 1, "float16", "dense")
+HOP_16 = ("tilelang-hopper", 64, 4096, "float16", 16, 1, "float16", "dense")
+CDNA = ("tilelang-cdna3", 64, 4096, "float16", 128, 1, "float16", "dense")
+VENDOR = ("flash_mla", 64, 4096, "float16", 128, 1, "float16", "dense")
 
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 
@@ -341,14 +341,16 @@ def test_no_vendor_ratio_where_the_vendor_has_no_kernel_is_declared():
 
 def test_no_vendor_ratio_where_the_vendor_has_no_kernel_for_the_query_tokens():
     cfg = make_cfg(vendor_heads=(16, 128), vendor_q_len_heads=(16,))  # aiter's bf16 kernels
-    mtp_128 = HOP[:5] + (2, "dense")
+    mtp_128 = HOP[:5] + (2, "float16", "dense")
     cv = one(evaluate(case=mtp_128, head_ratio=None, cfg=cfg))
     assert cv.status == Status.PASS and cv.vendor_ratio is None
     assert notes(cv.warnings) == [(Kind.NO_VENDOR_KERNEL, "no vendor ratio: flash_mla has no 128-head kernel for 2 "
                                                           "query tokens (perf.yml vendor_q_len_heads [16]); gated on "
                                                           "latency alone")]
-    assert one(evaluate(case=HOP[:5] + (1, "dense"), head_ratio=None, cfg=cfg)).status == Status.ERROR  # has one
-    low = one(evaluate(case=HOP_16[:5] + (2, "dense"), base_ratio=0.6, head_ratio=0.3, cfg=cfg))  # 16 heads: judged
+    has_one = HOP[:5] + (1, "float16", "dense")
+    assert one(evaluate(case=has_one, head_ratio=None, cfg=cfg)).status == Status.ERROR
+    # 16 heads: judged
+    low = one(evaluate(case=HOP_16[:5] + (2, "float16", "dense"), base_ratio=0.6, head_ratio=0.3, cfg=cfg))
     assert low.status == Status.REGRESSION and low.label == "tilelang-hopper h=16 s_q=2 b=64 s=4096 float16"
 
 
@@ -723,13 +725,19 @@ def test_cases_follow_the_grid_and_the_vendors_heads():
     cfg = config.parse(with_values(grid__quick={"batch": [64, 128], "seqlen": [4096], "heads": [16, 64], "q_len": [1]}))
     cases = cfg.cases("quick", ["tilelang-cdna3", "aiter"], "rocm")  # aiter has no 64-head kernel
     assert [c.key for c in cases] == [
-        ("tilelang-cdna3", 64, 4096, "bfloat16", 16, 1, "dense"),
-        ("tilelang-cdna3", 128, 4096, "bfloat16", 16, 1, "dense"),
-        ("tilelang-cdna3", 64, 4096, "bfloat16", 64, 1, "dense"),
-        ("tilelang-cdna3", 128, 4096, "bfloat16", 64, 1, "dense"),
-        ("aiter", 64, 4096, "bfloat16", 16, 1, "dense"), ("aiter", 128, 4096, "bfloat16", 16, 1, "dense")]
+        ("tilelang-cdna3", 64, 4096, "bfloat16", 16, 1, "bfloat16", "dense"),
+        ("tilelang-cdna3", 128, 4096, "bfloat16", 16, 1, "bfloat16", "dense"),
+        ("tilelang-cdna3", 64, 4096, "bfloat16", 64, 1, "bfloat16", "dense"),
+        ("tilelang-cdna3", 128, 4096, "bfloat16", 64, 1, "bfloat16", "dense"),
+        *(("tilelang-cdna3", b, 4096, "bfloat16", h, 1, "float8_e4m3fnuz", "dense")
+          for h in (16, 64) for b in (64, 128)),
+        ("aiter", 64, 4096, "bfloat16", 16, 1, "bfloat16", "dense"),
+        ("aiter", 128, 4096, "bfloat16", 16, 1, "bfloat16", "dense"),
+        # the fp8 cache: aiter's a16w8 at 16 heads only (perf.yml platforms.rocm.fp8_vendor)
+        ("aiter", 64, 4096, "bfloat16", 16, 1, "float8_e4m3fnuz", "dense"),
+        ("aiter", 128, 4096, "bfloat16", 16, 1, "float8_e4m3fnuz", "dense")]
     assert {c.dtype for c in cfg.cases("quick", ["torch"], "rocm", dtypes=("float16",))} == {"float16"}
-    assert len(cfg.cases("quick", ["flash_mla"], "cuda")) == 4  # flash_mla has every head count
+    assert len(cfg.cases("quick", ["flash_mla"], "cuda")) == 4 * 2  # flash_mla has every head count; x 2 caches
     assert cases[0].label() == "tilelang-cdna3 h=16 b=64 s=4096 bfloat16"
     with pytest.raises(config.ConfigError, match=r"^platforms.tpu: not configured$"):
         cfg.platform("tpu")
@@ -747,8 +755,8 @@ def test_peaks_read_the_arch_without_its_a_suffix():
 COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
            "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile"]
 PARAMS = [["'tilelang-hopper'"], ["64", "128"], ["4096"], ["'float16'"], ["128"]]
-CASE_64, CASE_128 = (("tilelang-hopper", 64, 4096, "float16", 128, 1, "dense"),
-                     ("tilelang-hopper", 128, 4096, "float16", 128, 1, "dense"))
+CASE_64, CASE_128 = (("tilelang-hopper", 64, 4096, "float16", 128, 1, "float16", "dense"),
+                     ("tilelang-hopper", 128, 4096, "float16", 128, 1, "float16", "dense"))
 
 
 def results_json(commit, times=(1e-4, 2e-4), ratios=None, date=1700000000000, samples=((1e-4, 1.1e-4), None)):
@@ -870,8 +878,15 @@ def test_case_keys_need_every_parameter():
     assert case_keys([*PARAMS, ["1"]]) == [CASE_64, CASE_128]  # the dense benchmarks: no workload parameter
     ragged = case_keys([*PARAMS, ["'ragged-4k'"]])  # a workload benchmark from before q_len
     assert ragged == [(*key[:-1], "ragged-4k") for key in (CASE_64, CASE_128)]
+    # before kv_dtype: a cache in the query's dtype; a workload benchmark's seventh parameter is its workload
+    assert case_keys([*PARAMS, ["1"], ["'ragged-4k@ab'"]]) == [(*key[:-1], "ragged-4k@ab")
+                                                                for key in (CASE_64, CASE_128)]
+    fp8 = case_keys([*PARAMS, ["1"], ["'float8_e4m3fn'"]])
+    assert fp8 == [(*key[:-2], "float8_e4m3fn", "dense") for key in (CASE_64, CASE_128)]
+    with pytest.raises(ValueError, match=r"parameter kv_dtype: 'int4' is not a dtype"):
+        case_keys([*PARAMS, ["1"], ["'float8_e4m3fn'", "'int4'"], ["'ragged-4k@ab'"]])
     with pytest.raises(ValueError, match=r"^3 parameters, expected impl, batch, seqlen, dtype, heads, q_len, "
-                                         r"workload$"):
+                                         r"kv_dtype, workload$"):
         case_keys(PARAMS[:3])
 
 

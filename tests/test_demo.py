@@ -68,7 +68,7 @@ def test_the_demo_verdict_fails_the_injected_change_and_its_numbers_agree(demo_o
 
     verdict = json.loads((demo_out / "gate" / "verdict.json").read_text())
     failing = sorted(tuple(c["case"]) for c in verdict["cases"] if c["status"] == "regression")
-    assert failing == [("tilelang-seesaw", b, 4096, "float16", 16, 1, "dense") for b in (64, 128)]
+    assert failing == [("tilelang-seesaw", b, 4096, "float16", 16, 1, "float16", "dense") for b in (64, 128)]
     store = Store(demo.HISTORY)
     for commit, side in ((demo.BASE, "base_vendor_ratio"), (demo.HEAD, "vendor_ratio")):
         results = store.load(demo.MACHINE, commit)

@@ -4,7 +4,7 @@
 The gate is driven through ``cli.main`` on copies of the recorded H200 store
 (``tests/fixtures/h200/results``), one copy per test.
 
-# Bad inputs tried: 550 = STORE_FAULTS 151 + YAML_FAULTS 399 + a missing perf.yml + a corrupt
+# Bad inputs tried: 586 = STORE_FAULTS 151 + YAML_FAULTS 433 + a missing perf.yml + a corrupt
 # head file under --record-missing (test_the_count_is_current keeps the two tables' sizes true).
 """
 
@@ -346,6 +346,17 @@ YAML_FAULTS.update({
     "a YAML list": ("- 1\n", ["top level"]),
     "not YAML": ("grid: [unclosed", ["not valid YAML"]),
     "not UTF-8": (b"\xff\xfe" + TEXT.encode(), ["not UTF-8"]),
+    # each platform's fp8 cache is its arch's format: MI300X computes in e4m3fnuz, Hopper in the OCP e4m3fn
+    "rocm's fp8 cache in Hopper's format": (TEXT.replace("kv_dtypes: [bfloat16, float8_e4m3fnuz]",
+                                                         "kv_dtypes: [bfloat16, float8_e4m3fn]"),
+                                            ["platforms.rocm.kv_dtypes", "float8_e4m3fnuz"]),
+    "cuda's fp8 cache in MI300X's format": (TEXT.replace("kv_dtypes: [float16, float8_e4m3fn]",
+                                                         "kv_dtypes: [float16, float8_e4m3fnuz]"),
+                                            ["platforms.cuda.kv_dtypes", "float8_e4m3fn)"]),
+    "an unknown cache dtype": (TEXT.replace("kv_dtypes: [bfloat16, float8_e4m3fnuz]", "kv_dtypes: [bfloat16, int4]"),
+                               ["platforms.rocm.kv_dtypes: 'int4' is not one of"]),
+    "an fp8 vendor not among the implementations": (TEXT.replace("impl: flashinfer ", "impl: flashinfer3 "),
+                                                     ["platforms.cuda.fp8_vendor.impl: 'flashinfer3'"]),
 })
 
 
@@ -372,8 +383,9 @@ def test_a_missing_perf_yml_is_named(tmp_path, capsys):
 
 
 def test_the_count_is_current():
-    assert (len(STORE_FAULTS), len(YAML_FAULTS)) == (151, 399)  # q_len keys, four workloads, gate.confirm
-    assert "550 = STORE_FAULTS 151 + YAML_FAULTS 399" in __doc__
+    # q_len keys, four workloads, gate.confirm; the fp8 vendors' heads (30 numeric leaves' faults), four kv_dtype
+    assert (len(STORE_FAULTS), len(YAML_FAULTS)) == (151, 433)
+    assert "586 = STORE_FAULTS 151 + YAML_FAULTS 433" in __doc__
 
 
 # -- the rest of the rule ---------------------------------------------------------------

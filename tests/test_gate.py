@@ -12,7 +12,7 @@ from mlagate.report.text import annotations, gate_markdown
 from mlagate.store.results import Store
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME
 
-HOPPER_128 = ("tilelang-hopper", 128, 4096, "float16", 128, 1, "dense")
+HOPPER_128 = ("tilelang-hopper", 128, 4096, "float16", 128, 1, "float16", "dense")
 
 
 @pytest.fixture

@@ -68,3 +68,38 @@ def test_a_vendor_case_names_the_kernels_it_ran(impl):
     assert all(isinstance(n, str) and n for n in result.kernels) and len(set(result.kernels)) == len(result.kernels)
     assert not any(n.startswith(("Memcpy", "Memset")) for n in result.kernels)
     print(f"{impl}: {result.kernels}")
+
+
+def _fp8_cache(t, fmt: str):
+    """``t`` quantized to ``fmt`` with one per-tensor scale (amax to the format's largest finite value)."""
+    dtype = getattr(torch, fmt)
+    scale = float(t.abs().amax()) / torch.finfo(dtype).max
+    return (t / scale).to(dtype), scale
+
+
+@pytest.mark.parametrize("heads", config.HEADS)
+@pytest.mark.parametrize("s_q", [1, 2])
+def test_flashinfers_e4m3_path_matches_the_reference_of_the_dequantized_cache(heads, s_q):
+    """FlashInfer's FA3 MLA over an e4m3fn cache with a bf16 query (perf.yml platforms.cuda.fp8_vendor), built here
+    without kernels/' fp8 inputs: its output against the float64 reference of the dequantized cache. The cache's
+    own rounding is in both sides (the reference reads the same fp8 values), so what is left is the kernel's: the
+    harness's rtol = atol = 0.01."""
+    from mlagate.kernels import mla_decode
+    from mlagate.measure.harness import check_output
+    from mlagate.measure.layouts import dequantized
+
+    device = environment.device()
+    gen = torch.Generator(device=device).manual_seed(0)
+    lead = (4, s_q, heads) if s_q > 1 else (4, heads)
+    q, q_pe = (torch.randn(*lead, d, generator=gen, device=device).to(torch.bfloat16) for d in (512, 64))
+    cache = torch.randn(4, 1024, 1, 576, generator=gen, device=device)
+    cache8, scale = _fp8_cache(cache, "float8_e4m3fn")
+    kv, k_pe = cache8[..., :512].contiguous(), cache8[..., 512:].contiguous()
+    try:
+        launch = impls.prepare("flashinfer", (q, q_pe, kv, k_pe, scale), device)
+    except impls.Unavailable as e:
+        pytest.skip(str(e))
+    expected, _ = mla_decode.reference(q, q_pe, dequantized(kv, scale), dequantized(k_pe, scale),
+                                       compute_dtype=torch.float64)
+    error = check_output(launch(), expected.float())  # raises WrongResult when off, naming the error
+    print(f"flashinfer e4m3 h={heads} s_q={s_q}: max abs error {error['max_abs']:.3g}")

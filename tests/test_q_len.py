@@ -93,20 +93,22 @@ def test_the_vendor_is_measured_only_where_it_has_a_kernel_for_the_query_tokens(
 
 def test_a_case_key_holds_q_len_before_the_workload_and_the_label_says_s_q():
     case = Case("flash_mla", 64, 4096, "float16", 16, 2)
-    assert case.key == ("flash_mla", 64, 4096, "float16", 16, 2, DENSE)
+    assert case.key == ("flash_mla", 64, 4096, "float16", 16, 2, "float16", DENSE)
     assert case.label() == "flash_mla h=16 s_q=2 b=64 s=4096 float16"
     assert Case("flash_mla", 64, 4096, "float16", 16).label() == "flash_mla h=16 b=64 s=4096 float16"  # as before
-    assert case_label(("tilelang-seesaw", 64, 4096, "float16", 16, 4, "ragged-4k@1234abcd")) == \
+    assert case_label(("tilelang-seesaw", 64, 4096, "float16", 16, 4, "float16", "ragged-4k@1234abcd")) == \
         "tilelang-seesaw h=16 s_q=4 b=64 s=4096 float16 ragged-4k (runs tilelang-hopper's paged kernel)"
 
 
 def test_parameters_recorded_before_q_len_read_as_one_token():
     dense = [["'flash_mla'"], ["64"], ["4096"], ["'float16'"], ["16"]]
-    assert case_keys(dense) == [("flash_mla", 64, 4096, "float16", 16, 1, DENSE)]
-    assert case_keys([*dense, ["1", "2"]]) == [("flash_mla", 64, 4096, "float16", 16, q, DENSE) for q in (1, 2)]
-    assert case_keys([*dense, ["'ragged-4k@ab'"]]) == [("flash_mla", 64, 4096, "float16", 16, 1, "ragged-4k@ab")]
+    assert case_keys(dense) == [("flash_mla", 64, 4096, "float16", 16, 1, "float16", DENSE)]
+    assert case_keys([*dense, ["1", "2"]]) == [("flash_mla", 64, 4096, "float16", 16, q, "float16", DENSE)
+                                                for q in (1, 2)]
+    assert case_keys([*dense, ["'ragged-4k@ab'"]]) == [("flash_mla", 64, 4096, "float16", 16, 1, "float16",
+                                                         "ragged-4k@ab")]
     assert case_keys([*dense, ["2"], ["'ragged-4k@ab'"]]) == [("flash_mla", 64, 4096, "float16", 16, 2,
-                                                                "ragged-4k@ab")]
+                                                                "float16", "ragged-4k@ab")]
     with pytest.raises(ValueError, match=r"parameter q_len: '0' is not a positive integer"):
         case_keys([*dense, ["0"]])
 
@@ -152,9 +154,9 @@ def test_the_asv_params_carry_q_len(monkeypatch):
     monkeypatch.setenv("MLAGATE_IMPLS", "tilelang-seesaw")
     monkeypatch.setattr(asv_suite, "platform", lambda: "cuda")
     params, names = asv_suite.params()
-    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "q_len"] and params[5] == [1, 2]
+    assert names == ["impl", "batch", "seqlen", "dtype", "heads", "q_len", "kv_dtype"] and params[5] == [1, 2]
     params, names = asv_suite.params(workloads=True)
-    assert names[5:] == ["q_len", "workload"] and params[5] == [1, 2]
+    assert names[5:] == ["q_len", "kv_dtype", "workload"] and params[5] == [1, 2]
 
 
 # -- build and tune -------------------------------------------------------------------------------
@@ -292,7 +294,8 @@ def test_the_bench_file_and_csv_carry_q_len(tmp_path):
     grid.write_outputs(tmp_path / "bench.json", [result], {})
     back, _ = grid.read_outputs(tmp_path / "bench.json")
     assert back[0].case.q_len == 2
-    assert (tmp_path / "bench.csv").read_text().splitlines()[0].split(",")[4:7] == ["heads", "q_len", "workload"]
+    header = (tmp_path / "bench.csv").read_text().splitlines()[0].split(",")
+    assert header[4:8] == ["heads", "q_len", "kv_dtype", "workload"]
     old = json.loads((tmp_path / "bench.json").read_text())
     del old["results"][0]["q_len"]
     assert CaseResult.from_dict(old["results"][0]).case.q_len == 1  # a bench file from before the axis

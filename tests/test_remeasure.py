@@ -23,7 +23,7 @@ from mlagate.report.text import gate_markdown, verdict_dict
 from mlagate.store.results import CommitResults
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, Entry
 
-HOP = ("tilelang-hopper", 64, 4096, "float16", 128, 1, "dense")
+HOP = ("tilelang-hopper", 64, 4096, "float16", 128, 1, "float16", "dense")
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 NOISE = "tests/fixtures/h200/noise_study_2026-11-29.json"
 THRESHOLD = 0.025

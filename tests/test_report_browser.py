@@ -73,7 +73,7 @@ def test_missing_versions_read_not_recorded():
 def test_asv_urls_follow_asv_hash_scheme():
     url = site.asv_url("b.x", "m 1", Case("tilelang-hopper", 64, 4096, "float16", 16))
     assert url == "asv/index.html#b.x?machine=m%201&p-impl='tilelang-hopper'&p-batch=64&p-seqlen=4096" \
-                  "&p-dtype='float16'&p-heads=16&p-q_len=1"
+                  "&p-dtype='float16'&p-heads=16&p-q_len=1&p-kv_dtype='float16'"
 
 
 # -- in headless Chromium ---------------------------------------------------------

@@ -61,7 +61,7 @@ def test_every_workload_block_is_dealt_once_and_no_partition_passes_flash_mlas_p
 def test_a_workload_case_diagnoses_both_plans_and_a_dense_one_none():
     cfg = config.load()
     w = cfg.workloads["few-long-2k"]
-    case = cfg.case(Case("tilelang-seesaw", 64, w.mean, "float16", 16, 1, w.tag(64)).key, "cuda")
+    case = cfg.case(Case("tilelang-seesaw", 64, w.mean, "float16", 16, 1, "float16", w.tag(64)).key, "cuda")
     d = s.diagnose(case, "sm_90a")
     assert (d.tilelang.parts, d.tilelang.block, d.vendor.parts, d.vendor.block) == (132, 64, 132, 64)
     # the replay's own deal of these lengths, and the text the report shows
@@ -69,7 +69,8 @@ def test_a_workload_case_diagnoses_both_plans_and_a_dense_one_none():
     assert d.text() == (f"TileLang: longest partition {d.tilelang.makespan_ratio:.2f}x the mean; "
                         f"FlashMLA: {d.vendor.makespan_ratio:.2f}x")
     assert 1.0 < d.tilelang.makespan_ratio < 1.1 and 1.0 < d.vendor.makespan_ratio < 1.1
-    vendor_case = Case("flash_mla", 64, w.mean, "float16", 16, 1, w.tag(64), page_size=64, lengths=case.lengths)
+    vendor_case = Case("flash_mla", 64, w.mean, "float16", 16, 1, "float16", w.tag(64), page_size=64,
+                       lengths=case.lengths)
     assert s.diagnose(vendor_case, "sm_90a").tilelang is None
     assert s.diagnose(Case("tilelang-seesaw", 64, 4096, "float16"), "sm_90a") is None
     assert s.diagnose(case, "gfx942").vendor is None  # aiter's is not FlashMLA's
@@ -93,7 +94,7 @@ def test_gate_md_and_the_comparison_page_show_each_workload_cases_balance(tmp_pa
 
     cfg = config.load()
     w = cfg.workloads["ragged-4k"]
-    case = cfg.case(Case("tilelang-seesaw", 128, w.mean, "float16", 16, 1, w.tag(64)).key, "cuda")
+    case = cfg.case(Case("tilelang-seesaw", 128, w.mean, "float16", 16, 1, "float16", w.tag(64)).key, "cuda")
     d = s.diagnose(case, "sm_90a")
     verdict = fx.evaluate(fx.copy_store(tmp_path))
     md = gate_markdown(verdict, review=Review(schedules={case.key: d}))

@@ -20,7 +20,7 @@ def test_reads_real_asv_results_with_samples():
     entry = base.entries(BENCH_TIME)[fx.HOPPER_64]
     assert entry.status == "ok" and len(entry.samples) >= 50
     assert 150e-6 < entry.value < 200e-6
-    assert base.entries(BENCH_TFLOPS)[("flash_mla", 128, 4096, "float16", 128, 1, "dense")].value > 400
+    assert base.entries(BENCH_TFLOPS)[("flash_mla", 128, 4096, "float16", 128, 1, "float16", "dense")].value > 400
     assert s.read_sidecar("h200", fx.BASE, "env")["start"]["gpu"] == "NVIDIA H200"
 
 
@@ -61,7 +61,8 @@ def test_invalid_samples_name_the_file_and_the_case(tmp_path, samples, message):
 @pytest.mark.parametrize("value", [math.inf, 0.0, -1.0, "1.6e-4", True, [1.6e-4]])
 def test_a_value_must_be_a_positive_finite_number(tmp_path, value):
     root = fx.copy_store(tmp_path)
-    fx.edit(root, fx.BASE, BENCH_TFLOPS, ("flash_mla", 128, 4096, "float16", 128, 1, "dense"), lambda v, s: (value, s))
+    fx.edit(root, fx.BASE, BENCH_TFLOPS, ("flash_mla", 128, 4096, "float16", 128, 1, "float16", "dense"),
+            lambda v, s: (value, s))
     with pytest.raises(StoreError, match=f"{BENCH_TFLOPS} flash_mla h=128 b=128 s=4096 float16: value"):
         parse_results_file(fx.results_file(root, fx.BASE))
 

@@ -12,7 +12,7 @@ from mlagate.decide.verdict import Kind, Status
 from mlagate.store.results import Store
 from mlagate.store.results_file import BENCH_RATIO
 
-HOPPER_128 = ("tilelang-hopper", 128, 4096, "float16", 128, 1, "dense")
+HOPPER_128 = ("tilelang-hopper", 128, 4096, "float16", 128, 1, "float16", "dense")
 
 
 @pytest.fixture
@@ -109,8 +109,9 @@ def test_the_kernels_that_ran_are_folded_per_row_beside_the_dispatch_table():
     assert out["aiter"]["kernels"]["bfloat16/16"] == {"kernel": "_ZN5aiter_k", "vgprs": 128, "ran": ["_ZN5aiter_k"]}
     assert "kernels" not in out["flashinfer"] and "tilelang-seesaw" not in out
     assert "ran" not in vendors["aiter"]["kernels"]["bfloat16/16"]  # the env it was given is left as it was
-    assert vendor_kernel({"start": {"vendors": out}}, "flash_mla", ("flash_mla", 64, 4096, "float16", 16, 1, "dense")) \
-        == ("1.0.0", out["flash_mla"]["kernels"]["float16/16"]["kernel"])
+    key = ("flash_mla", 64, 4096, "float16", 16, 1, "float16", "dense")
+    assert vendor_kernel({"start": {"vendors": out}}, "flash_mla", key) == (
+        "1.0.0", out["flash_mla"]["kernels"]["float16/16"]["kernel"])
 
 
 @pytest.mark.parametrize("name,short", [

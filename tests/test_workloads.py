@@ -47,7 +47,7 @@ def test_the_grid_adds_each_workload_as_its_own_cases_with_the_platforms_pages()
     cases = CFG.cases("quick", ["tilelang-hopper", "flash_mla"], "cuda")
     paged = [c for c in cases if c.paged]
     assert {c.workload for c in cases} == {DENSE, "uniform-paged@946e5f23", "ragged-4k@0139e575"}
-    assert len(paged) == 2 * 2 * 2 * 2  # implementations x workloads x batches x q_len
+    assert len(paged) == 2 * 2 * 2 * 2 * 2  # implementations x workloads x batches x q_len x cache formats
     assert {c.page_size for c in paged} == {64}
     assert {c.page_size for c in CFG.cases("quick", ["tilelang-cdna3"], "rocm") if c.paged} == {1}
     ragged = next(c for c in paged if c.workload == RAGGED.tag(64) and c.batch == 128)
@@ -61,12 +61,12 @@ def test_the_grid_adds_each_workload_as_its_own_cases_with_the_platforms_pages()
 
 def test_a_recorded_workload_that_perf_yml_no_longer_has_is_an_error():
     with pytest.raises(config.ConfigError, match=r"workloads.gone: not in perf.yml"):
-        CFG.case(("tilelang-hopper", 64, 4096, "float16", 16, 1, "gone"), "cuda")
+        CFG.case(("tilelang-hopper", 64, 4096, "float16", 16, 1, "float16", "gone"), "cuda")
     with pytest.raises(config.ConfigError, match=r"workloads.ragged-4k: perf.yml defines .* s=4096 float16 "
                                                  r"ragged-4k@0139e575, but .* s=2048 .* was recorded"):
-        CFG.case(("tilelang-hopper", 64, 2048, "float16", 16, 1, RAGGED.tag(64)), "cuda")
+        CFG.case(("tilelang-hopper", 64, 2048, "float16", 16, 1, "float16", RAGGED.tag(64)), "cuda")
     with pytest.raises(config.ConfigError, match=r"but .* ragged-4k@00000000 was recorded \(the workload changed"):
-        CFG.case(("tilelang-hopper", 64, 4096, "float16", 16, 1, "ragged-4k@00000000"), "cuda")
+        CFG.case(("tilelang-hopper", 64, 4096, "float16", 16, 1, "float16", "ragged-4k@00000000"), "cuda")
 
 
 def test_a_workload_redefined_under_its_name_is_a_new_case():
@@ -136,8 +136,8 @@ def test_workload_benchmarks_are_read_into_the_dense_benchmarks_by_workload(tmp_
     path.write_text(json.dumps(data))
     _, _, benchmarks = parse_results_file(path)
     assert {k: e.value for k, e in benchmarks[BENCH_TIME].items()} == {
-        ("tilelang-hopper", 64, 4096, "float16", 16, 1, "dense"): 1e-4,
-        ("tilelang-hopper", 64, 4096, "float16", 16, 1, "ragged-4k"): 2e-4}
+        ("tilelang-hopper", 64, 4096, "float16", 16, 1, "float16", "dense"): 1e-4,
+        ("tilelang-hopper", 64, 4096, "float16", 16, 1, "float16", "ragged-4k"): 2e-4}
 
 
 def test_a_dense_batch_reaches_a_vendor_kernel_as_contiguous_pages():
@@ -205,7 +205,7 @@ def test_a_workload_case_is_named_for_the_kernel_it_runs():
     runs = {TILELANG_PREFIX + name: TILELANG_PREFIX + mla_decode.paged_config(c, mla_decode.CONFIGS.get).name
             for name, c in mla_decode.CONFIGS.items()}
     assert {impl: other for impl, other in runs.items() if other != impl} == PAGED_KERNEL_OF
-    seesaw = ("tilelang-seesaw", 64, 4096, "float16", 16, 1, RAGGED.tag(64))
+    seesaw = ("tilelang-seesaw", 64, 4096, "float16", 16, 1, "float16", RAGGED.tag(64))
     assert Case(*seesaw).label() == ("tilelang-seesaw h=16 b=64 s=4096 float16 ragged-4k "
                                      "(runs tilelang-hopper's paged kernel)")
     assert Case(*seesaw[:5]).label() == "tilelang-seesaw h=16 b=64 s=4096 float16"

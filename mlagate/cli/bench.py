@@ -52,8 +52,8 @@ def run(args, cfg) -> int:
     env_start["vendors"] = kernels_run.by_row([r.to_dict() for r in results], env_start["vendors"])
     env = {"start": env_start, "end": environment.environment(), "config_digest": cfg.digest}
     results = grid.add_metrics(results, peaks=cfg.peaks(env_start.get("arch")),
-                               vendor=cfg.platform(platform).vendor)
-    _console().print(text.bench_table(results, vendor=cfg.platform(platform).vendor))
+                               vendor=cfg.platform(platform).vendor_impl)
+    _console().print(text.bench_table(results, vendor=" | ".join(cfg.platform(platform).vendor_impls())))
     planned = schedule.diagnose_cases([r.case for r in results], env_start.get("arch"))
     # how evenly each workload case's batch is dealt over the SMs, by TileLang's plan and the vendor's
     for line in [schedules.UNKNOWN] if planned is None else schedules.lines(planned):

@@ -9,20 +9,17 @@ from pathlib import Path
 import yaml
 
 from mlagate.case import TILELANG_PREFIX, Case, family_impl
+from mlagate.config import platforms as config_platforms
 from mlagate.config import tune as config_tune
 from mlagate.config import workloads as config_workloads
 from mlagate.config.confirm import Confirm, parse_confirm
+from mlagate.config.platforms import DTYPES, FP8_DTYPES, HEADS, PLATFORMS, Platform, Vendor  # noqa: F401
 from mlagate.config.reader import ConfigError, KeyReader, UniqueKeyLoader, open_section_keys
-from mlagate.config.workloads import MAX_LENGTH
 from mlagate.hardware import arch_key
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout this mlagate is imported from
 DEFAULT_PATH = ROOT / "perf.yml"
-PLATFORMS = ("rocm", "cuda")
-DTYPES = ("float16", "bfloat16")
 GRIDS = ("quick", "full")  # perf.yml grid: each section, the same names in every --grid
-# Query heads per GPU: DeepSeek's 128 under tensor parallelism 8, 4, 2 and 1.
-HEADS = (16, 32, 64, 128)
 Q_LENS = tuple(range(1, 9))  # query tokens per sequence (s_q): 1 plain decode, 2-4 MTP; the kernels take 1..8
 KNOWN_IMPLS = ("tilelang-hopper", "tilelang-seesaw", "tilelang-cdna3", "flash_mla", "flashinfer", "aiter", "triton",
                "torch")
@@ -35,26 +32,13 @@ class Grid:
     sizes: dict  # name -> (batches, seqlens, heads, q_lens)
     workloads: dict  # name -> the workloads measured with the grid (perf.yml `workloads:` names)
 
-    def cases(self, name: str, impls, dtypes) -> list:
-        """The grid's dense cases."""
+    def cases(self, name: str, impls, formats) -> list:
+        """The grid's dense cases at each (query dtype, cache dtype) of ``formats``."""
         if name not in self.sizes:
             raise ConfigError(f"grid.{name}: no such grid; known: {sorted(self.sizes)}")
         batches, seqlens, heads, q_lens = self.sizes[name]
-        return [Case(impl, b, s, d, h, q)
-                for impl, d, h, q, b, s in itertools.product(impls, dtypes, heads, q_lens, batches, seqlens)]
-
-
-@dataclass(frozen=True)
-class Platform:
-    vendor: str
-    tilelang: str
-    dtypes: tuple  # what the gate measures here: dtypes the vendor kernel takes, so every ratio exists
-    vendor_heads: tuple  # head counts the vendor kernel has; elsewhere no ratio exists, by declaration
-    page_size: int  # tokens per page of every workload's cache here: one the vendor kernel takes
-    vendor_q_len_heads: tuple = ()  # of vendor_heads, those where it takes q_len > 1 too
-
-    def has_vendor_kernel(self, heads: int, q_len: int) -> bool:
-        return heads in self.vendor_heads and (q_len == 1 or heads in self.vendor_q_len_heads)
+        return [Case(impl, b, s, d, h, q, kv) for impl, (d, kv), h, q, b, s
+                in itertools.product(impls, formats, heads, q_lens, batches, seqlens)]
 
 
 BUDGETS = ("record", "baseline", "confirm")
@@ -129,15 +113,16 @@ class Config:
         return self.platforms[name]
 
     def cases(self, grid: str, impls, platform: str, dtypes=None) -> list:
-        """The grid's cases on a platform, then its workloads', at the platform's dtypes unless given;
-        the vendor kernel only at the head counts it has."""
+        """The grid's cases on a platform, then its workloads', at the platform's query dtypes unless given, each
+        with every cache format of the platform (Platform.formats); a vendor kernel only where it has one."""
         p = self.platform(platform)
-        dtypes = dtypes or p.dtypes
-        cases = self.grid.cases(grid, impls, dtypes)
+        formats = p.formats(dtypes)
+        cases = self.grid.cases(grid, impls, formats)
         for w in (self.workloads[name] for name in self.grid.workloads[grid]):
-            cases += [self._workload_case(w, impl, b, d, h, p, q)
-                      for impl, d, h, q, b in itertools.product(impls, dtypes, w.heads, w.q_len, w.batch)]
-        return [c for c in cases if c.impl != p.vendor or p.has_vendor_kernel(c.heads, c.q_len)]
+            cases += [self._workload_case(w, impl, b, d, h, p, q, kv)
+                      for impl, (d, kv), h, q, b in itertools.product(impls, formats, w.heads, w.q_len, w.batch)]
+        return [c for c in cases
+                if c.impl != p.vendor_for(c.kv_dtype).impl or p.has_vendor_kernel(c.heads, c.q_len, c.kv_dtype)]
 
     def listed_keys(self, platform: str, grid: str | None = None) -> frozenset:
         """Every case key perf.yml measures on a platform in ``grid`` (every grid where it is not known), in
@@ -156,22 +141,23 @@ class Config:
         if name not in self.workloads:
             raise ConfigError(f"workloads.{name}: not in perf.yml, but {case.label(tag=True)} was recorded")
         full = self._workload_case(self.workloads[name], case.impl, case.batch, case.dtype, case.heads,
-                                   self.platform(platform), case.q_len)
+                                   self.platform(platform), case.q_len, case.kv_dtype)
         if full != case:
             raise ConfigError(f"workloads.{name}: perf.yml defines {full.label(tag=True)}, but {case.label(tag=True)} "
                               "was recorded (the workload changed since)")
         return full
 
     @staticmethod
-    def _workload_case(w, impl, batch, dtype, heads, p: Platform, q_len: int = 1) -> Case:
-        return Case(impl, batch, w.mean, dtype, heads, q_len, w.tag(p.page_size), page_size=p.page_size,
+    def _workload_case(w, impl, batch, dtype, heads, p: Platform, q_len: int = 1, kv_dtype: str = "") -> Case:
+        return Case(impl, batch, w.mean, dtype, heads, q_len, kv_dtype, w.tag(p.page_size), page_size=p.page_size,
                     lengths=w.lengths(batch))
 
     def budget_for(self, impl: str, platform: str) -> str:
         """The gated kernels and the vendor kernel their ratios divide by are measured with the
         record budget; the ungated baselines more cheaply."""
         family = family_impl(impl)  # a tune candidate is measured as its family is
-        return "record" if family in self.gate.gated or impl == self.platform(platform).vendor else "baseline"
+        vendors = self.platform(platform).vendor_impls()
+        return "record" if family in self.gate.gated or impl in vendors else "baseline"
 
     def peaks(self, arch: str | None):
         """The roofline peaks of an arch ("sm_90a" reads sm_90's), or None."""
@@ -202,17 +188,7 @@ def parse(data) -> Config:
 
     impls = top.choice_list("implementations", KNOWN_IMPLS)
 
-    p = top.section("platforms", PLATFORMS)
-    platforms = {}
-    for name in PLATFORMS:
-        s = p.section(name, ("vendor", "tilelang", "dtypes", "vendor_heads", "vendor_q_len_heads", "page_size"))
-        vendor, tilelang = s.get("vendor", str), s.get("tilelang", str)
-        for key, value in (("vendor", vendor), ("tilelang", tilelang)):
-            if value not in impls:
-                raise ConfigError(f"platforms.{name}.{key}: {value!r} is not in implementations")
-        heads = s.int_list("vendor_heads", choices=HEADS)
-        platforms[name] = Platform(vendor, tilelang, s.choice_list("dtypes", DTYPES), heads, s.get(
-            "page_size", int, minimum=1, maximum=MAX_LENGTH), s.int_list("vendor_q_len_heads", choices=heads))
+    platforms = config_platforms.parse(top, impls)
 
     t = top.section("timing", ("cold_l2", "cuda_graph", "warmup_ms", "window_ms", "samples_per_window",
                                "min_samples", "max_clock_drop", "record_s", "budgets"))

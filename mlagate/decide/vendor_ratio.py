@@ -11,7 +11,7 @@ def vendor_kernel(env, vendor: str, case: tuple):
     entry = (((env or {}).get("start") or {}).get("vendors") or {}).get(vendor)
     if not entry:
         return None
-    row = (entry.get("kernels") or {}).get(kernel_row(case[3], case[4], case[5])) or {}
+    row = (entry.get("kernels") or {}).get(kernel_row(case[3], case[4], case[5], case[6])) or {}
     return entry.get("version"), row.get("kernel")
 
 
@@ -33,21 +33,28 @@ def vendor_changed(cv, vendor: str, kernels) -> bool:
 
 def judge_ratio(cv, base_ratio, head_ratio, rule, platform: Platform, kernels=None):
     """The vendor-ratio rules on one case (verdict.CaseVerdict): a floor on head's ratio, a maximum drop from
-    base's; a case whose vendor kernel changed is re-baselined, one the vendor has no kernel for is not judged."""
+    base's; a case whose vendor kernel changed is re-baselined, one the vendor has no kernel for is not judged.
+    The vendor is the one of the case's cache (Platform.vendor_for): both sides of a ratio ran the query and cache
+    dtypes of the case's key (measure/grid.add_metrics divides within one point)."""
     cv.vendor_ratio = head_ratio
     cv.base_vendor_ratio = base_ratio
-    vendor, heads, q_len = platform.vendor, cv.case[4], cv.case[5]
-    has_kernel = platform.has_vendor_kernel(heads, q_len)
+    heads, q_len, kv_dtype = cv.case[4], cv.case[5], cv.case[6]
+    v = platform.vendor_for(kv_dtype)
+    vendor = v.impl
+    keys = ("fp8_vendor.heads", "fp8_vendor.q_len_heads") if v is platform.fp8_vendor else \
+        ("vendor_heads", "vendor_q_len_heads")
+    has_kernel = v.has_kernel(heads, q_len)
     if has_kernel and head_ratio is not None and vendor_changed(cv, vendor, kernels):
         return
-    if heads not in platform.vendor_heads:
-        warn(cv, Kind.NO_VENDOR_KERNEL, f"no vendor ratio: {vendor} has no {heads}-head kernel (perf.yml "
-                                         f"vendor_heads {list(platform.vendor_heads)}); gated on latency alone")
+    if heads not in v.heads:
+        cache = f" for a {kv_dtype} cache" if v is platform.fp8_vendor else ""
+        warn(cv, Kind.NO_VENDOR_KERNEL, f"no vendor ratio: {vendor} has no {heads}-head kernel{cache} (perf.yml "
+                                         f"{keys[0]} {list(v.heads)}); gated on latency alone")
         return
     if not has_kernel:
         warn(cv, Kind.NO_VENDOR_KERNEL, f"no vendor ratio: {vendor} has no {heads}-head kernel for {q_len} query "
-                                         f"tokens (perf.yml vendor_q_len_heads {list(platform.vendor_q_len_heads)});"
-                                         " gated on latency alone")
+                                         f"tokens (perf.yml {keys[1]} {list(v.q_len_heads)}); gated on latency "
+                                         "alone")
         return
     if head_ratio is None:  # a gated case the vendor rules cannot judge must not pass
         fail(cv, Kind.NO_RATIO, f"no vendor ratio in the head results: {vendor} was not measured at this "

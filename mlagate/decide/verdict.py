@@ -236,7 +236,7 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
             if cv.status != Status.ERROR:
                 _drift(cv, history, cfg, marks)
         if key[0] == tilelang and cv.status in (Status.PASS, Status.NO_BASELINE):
-            vendor = cfg.platform(platform).vendor
+            vendor = cfg.platform(platform).vendor_impl(key[6])
             judge_ratio(cv, ok_value(base.entries(BENCH_RATIO).get(key)), ok_value(head.entries(BENCH_RATIO).get(key)),
                    rule, cfg.platform(platform), [vendor_kernel(env, vendor, key) for env in envs])
         if cv.flagged and cv.status == Status.PASS:

@@ -54,9 +54,10 @@ def step_name(step: float) -> str:
 
 
 def shape_key(case_key: tuple) -> tuple:
-    """A dense case (impl, batch, seqlen, dtype, heads, q_len, workload) as the patch looks it up for a kernel:
-    (config name, batch, seqlen, heads, dtype, s_q) of the dense Shape and TileConfig attend_macro is built for."""
-    impl, batch, seqlen, dtype, heads, q_len, _ = case_key
+    """A dense case (impl, batch, seqlen, dtype, heads, q_len, kv_dtype, workload) as the patch looks it up for a
+    kernel: (config name, batch, seqlen, heads, dtype, s_q) of the dense Shape and TileConfig attend_macro is built
+    for (the ladder spins 16-bit caches only: run.py leaves fp8 cases out)."""
+    impl, batch, seqlen, dtype, heads, q_len, _, _ = case_key
     return (impl.split("-", 1)[1], batch, seqlen, heads, dtype, q_len)
 
 

@@ -84,8 +84,8 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
     gated = [i for i in names if i.startswith(TILELANG_PREFIX) and i in cfg.gate.gated]
     configs = {i: mla_decode.CONFIGS[i.removeprefix(TILELANG_PREFIX)] for i in gated}
     files = tuple(sorted({ladder.SCHEDULES[c.schedule][0] for c in configs.values()}))
-    # the dense grid's: each gated schedule's file gets the step's delay, and the paged kernel is not spun
-    cases = tuple(c for c in cfg.cases(grid, gated, here) if not c.paged) if gated else ()
+    # the dense grid's 16-bit caches (the spin keys a 16-bit Shape): each gated file gets the step's delay
+    cases = tuple(c for c in cfg.cases(grid, gated, here) if not c.paged and c.kv_dtype == c.dtype) if gated else ()
     runs = {c: mla_decode.kernel_config(mla_decode.Shape(c.batch, c.seqlen, c.heads, c.dtype, s_q=c.q_len),
                                         configs[c.impl]) for c in cases}
     other = [c for c in cases if runs[c].schedule != configs[c.impl].schedule]

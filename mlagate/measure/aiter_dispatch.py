@@ -1,8 +1,8 @@
 """Which aiter code object runs an MLA decode case, and its resources, read on any machine.
 
-aiter picks its stage-1 decode kernel in C++ (``mla_decode_stage1_asm_fwd`` in
-``csrc/py_itfs_cu/asm_mla.cu``): an if/else chain over the dtypes, the query heads per KV head, the
-query length and the persistent mode, ending at ``static AiterAsmKernel name("<symbol>", "<.co path>")``.
+aiter picks its stage-1 decode kernel in C++ (``mla_decode_stage1_asm_fwd`` in ``csrc/py_itfs_cu/asm_mla.cu``):
+an if/else chain over the dtypes, the query heads per KV head, the query length and the persistent mode, ending
+at ``static AiterAsmKernel name("<symbol>", "<.co path>")``.
 :func:`decode_kernel` replays that chain from the installed aiter's own source file, so the answer
 changes when aiter's does and a chain this reader cannot follow is an error, never a guess. The code
 object's AMDGPU metadata (VGPRs, SGPRs, LDS, scratch, kernarg size, wavefront) comes from
@@ -27,16 +27,22 @@ FUNCTION = "mla_decode_stage1_asm_fwd"
 # torch dtype name -> at::ScalarType name, as asm_mla.cu compares them
 SCALAR_TYPES = {"bfloat16": "BFloat16", "float16": "Half", "float32": "Float",
                 "float8_e4m3fnuz": "Float8_e4m3fnuz", "float8_e4m3fn": "Float8_e4m3fn"}
-# what the record lists: every dtype aiter's decode could take, at head counts DeepSeek-style MLA uses
-TABLE_DTYPES = ("bfloat16", "float8_e4m3fnuz")
+# what the record lists: each (query, cache) dtype pair of aiter's decode (a16w16, a16w8, a8w8), at MLA's heads
+TABLE_FORMATS = (("bfloat16", "bfloat16"), ("bfloat16", "float8_e4m3fnuz"), ("float8_e4m3fnuz", "float8_e4m3fnuz"))
 TABLE_HEADS = (8, 16, 32, 64, 128)
 TABLE_Q_LENS = (1, 2, 4)  # query tokens per sequence (mla_decode_fwd's max_seqlen_q): perf.yml's q_len axis
 
 
-def kernel_row(dtype: str, heads: int, q_len: int = 1) -> str:
-    """A case's row of table(): "dtype/heads", with "/s_q=N" past one query token (a record from before the
-    q_len axis has only those rows)."""
-    return f"{dtype}/{heads}" + (f"/s_q={q_len}" if q_len != 1 else "")
+def persistent_call(dtype: str, kv_dtype: str | None = None) -> bool:
+    """Whether mlagate calls aiter's decode persistent (get_mla_metadata_v1's work lists): a16w8's only mode."""
+    return not dtype.startswith("float8") and (kv_dtype or dtype).startswith("float8")
+
+
+def kernel_row(dtype: str, heads: int, q_len: int = 1, kv_dtype: str | None = None) -> str:
+    """A case's row of table(): "dtype/heads", "/kv=F" for a cache in another dtype F, "/s_q=N" past one query
+    token (a record from before those axes has only the rows without them)."""
+    kv = f"/kv={kv_dtype}" if kv_dtype and kv_dtype != dtype else ""
+    return f"{dtype}/{heads}" + kv + (f"/s_q={q_len}" if q_len != 1 else "")
 
 
 class ContractError(Exception):
@@ -239,8 +245,7 @@ def code_object_path(kernel: Kernel, arch: str, root: Path | None = None) -> Pat
 
 # -- the code object's own metadata -------------------------------------------------------------
 
-READELF = ("llvm-readelf", "llvm-readelf-19", "llvm-readelf-18", "llvm-readelf-17", "llvm-readelf-16",
-           "llvm-readelf-15", "llvm-readelf-14")
+READELF = ("llvm-readelf", *(f"llvm-readelf-{v}" for v in range(19, 13, -1)))
 RESOURCES = {"vgpr_count": ".vgpr_count", "sgpr_count": ".sgpr_count", "lds_bytes": ".group_segment_fixed_size",
              "scratch_bytes": ".private_segment_fixed_size", "kernarg_bytes": ".kernarg_segment_size",
              "wavefront_size": ".wavefront_size", "max_workgroup_size": ".max_flat_workgroup_size"}
@@ -277,14 +282,15 @@ def resources(kernel: Kernel, arch: str, root: Path | None = None) -> dict:
 
 
 def table(arch: str, root: Path | None = None) -> dict:
-    """What the record keeps: for each row (kernel_row) of TABLE_DTYPES x TABLE_HEADS x TABLE_Q_LENS, the code
-    object aiter's decode runs on ``arch`` and its resources, or why there is none."""
+    """What the record keeps: per row (kernel_row) of TABLE_FORMATS x TABLE_HEADS x TABLE_Q_LENS, the code object
+    aiter's decode runs on ``arch`` as mlagate calls it (persistent_call) and its resources, or why none."""
     rows = {}
-    for dtype in TABLE_DTYPES:
+    for dtype, kv_dtype in TABLE_FORMATS:
         for heads, q_len in itertools.product(TABLE_HEADS, TABLE_Q_LENS):
-            key = kernel_row(dtype, heads, q_len)
+            key = kernel_row(dtype, heads, q_len, kv_dtype)
             try:
-                kernel = decode_kernel(dtype, heads, max_seqlen_q=q_len, root=root)
+                kernel = decode_kernel(dtype, heads, kv_dtype=kv_dtype, max_seqlen_q=q_len,
+                                       persistent=persistent_call(dtype, kv_dtype), root=root)
                 rows[key] = {"kernel": kernel.symbol, "code_object": kernel.code_object}
                 rows[key].update(resources(kernel, arch, root))
             except NoKernel as e:

@@ -86,7 +86,7 @@ def measure_grid() -> dict:
     with precompile.ahead(ordered, precompile.default_jobs(len(gpus or [0])), echo=_to_stderr) as compiled:
         results = grid.run_cases(ordered, cfg.timing, budgets=[budgets[c] for c in ordered], deadline=deadline,
                                  gpus=gpus, compiled=compiled)
-    results = grid.add_metrics(results, vendor=cfg.platform(here).vendor)
+    results = grid.add_metrics(results, vendor=cfg.platform(here).vendor_impl)
     if os.environ.get(CASES_ENV):
         write_cases(os.environ[CASES_ENV], results)
     return {r.case: r for r in results}

@@ -53,7 +53,7 @@ def shard(cases, n_gpus: int) -> list:
 
 def point_cost(p: tuple) -> float:
     """Relative run time of a grid point (its implementations run each), for longest-first scheduling."""
-    batch, seqlen, _, heads, q_len, _ = p
+    batch, seqlen, _, heads, q_len, *_ = p  # an fp8 cache reads half the bytes: the same order of cost
     return batch * seqlen * (heads * q_len / 128) + 5e5
 
 
@@ -200,23 +200,25 @@ def run_on_each(case: Case, timing: Timing, gpus, *, budget="record", python=sys
     return [r[0] for r in results]
 
 
-def add_metrics(results, *, peaks=None, vendor: str | None = None) -> list:
-    """Latency stats, TFLOPs, GB/s, share of roofline and ratio to the vendor."""
+def add_metrics(results, *, peaks=None, vendor=None) -> list:
+    """Latency stats, TFLOPs, GB/s, share of roofline and ratio to the vendor: ``vendor`` an implementation's
+    name, or a function of a cache dtype giving it (Platform.vendor_for: an fp8 cache may have another)."""
     out = []
     for r in results:
         times = r.samples.times_ms if r.samples else ()
         if r.status == RunStatus.OK and times:
             s, c = summary.describe(times), r.case
             work = metrics.flops(c.batch, c.heads, c.seqlen, c.q_len)
-            traffic = metrics.bytes_moved(c.batch, c.heads, c.seqlen, c.dtype, c.q_len)
+            traffic = metrics.bytes_moved(c.batch, c.heads, c.seqlen, c.dtype, c.q_len, kv_dtype=c.kv_dtype)
             r = replace(r, median_ms=s["median"], iqr_ms=s["iqr"], ci99_ms=(s["ci_low"], s["ci_high"]),
                         outliers=s["outliers"], n=s["n"], tflops=metrics.tflops(work, s["median"]),
                         gbps=metrics.gbps(traffic, s["median"]),
                         roofline=metrics.roofline_fraction(work, traffic, s["median"], peaks.tflops, peaks.tbps)
                         if peaks else None)
         out.append(r)
-    if vendor:  # same point, same dtype, same GPU
-        best = {(point(r.case), r.gpu): r.tflops for r in out if r.case.impl == vendor}
+    if vendor:  # same point (query and cache dtypes included: like with like), same GPU
+        vendor_of = vendor if callable(vendor) else lambda kv_dtype: vendor
+        best = {(point(r.case), r.gpu): r.tflops for r in out if r.case.impl == vendor_of(r.case.kv_dtype)}
         for i, r in enumerate(out):
             v = best.get((point(r.case), r.gpu))
             if r.tflops and v:
@@ -224,8 +226,8 @@ def add_metrics(results, *, peaks=None, vendor: str | None = None) -> list:
     return out
 
 
-CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "heads", "q_len", "workload", "status", "median_ms", "iqr_ms", "n",
-              "tflops", "gbps", "roofline", "vendor_ratio", "gpu", "reason", "kernels")
+CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "heads", "q_len", "kv_dtype", "workload", "status", "median_ms",
+              "iqr_ms", "n", "tflops", "gbps", "roofline", "vendor_ratio", "gpu", "reason", "kernels")
 
 
 def write_outputs(path, results, environment: dict):

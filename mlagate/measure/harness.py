@@ -13,6 +13,7 @@ from mlagate.kernels import mla_decode
 from mlagate.measure import impls
 from mlagate.measure.environment import VENDORS
 from mlagate.measure.kernels_run import kernels_run
+from mlagate.measure.layouts import dequantized, split_scale
 from mlagate.measure.shards import point
 from mlagate.measure.timer import time_gpu
 
@@ -31,18 +32,24 @@ class Inputs:
 
     def __init__(self, case: Case, device):
         self.point = point(case)
+        # an fp8 cache (kernels/: Shape kv_dtype, its inputs with a per-tensor kv_scale); a 16-bit one as before
+        fp8 = {"kv_dtype": case.kv_dtype} if case.kv_dtype != case.dtype else {}
         if case.paged:
             from mlagate.kernels import mla_decode_paged
 
             self.tensors = impls.Paged(*mla_decode_paged.random_paged_inputs(
                 case.batch, case.heads, case.lengths, case.page_size, case.dtype, device=device, seed=SEED,
-                s_q=case.q_len))
-            self.expected, _ = mla_decode_paged.reference_paged(*self.tensors)
+                s_q=case.q_len, **fp8))
+            p, scale = self.tensors, self.tensors.kv_scale  # the reference reads the dequantized cache
+            self.expected, _ = mla_decode_paged.reference_paged(p.q, p.q_pe, dequantized(p.kv_cache, scale),
+                                                                dequantized(p.k_pe_cache, scale), p.block_table,
+                                                                p.seqlens)
         else:
             shape = mla_decode.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype,
-                                     s_q=case.q_len)
+                                     s_q=case.q_len, **fp8)
             self.tensors = mla_decode.random_inputs(shape, device=device, seed=SEED)
-            self.expected, _ = mla_decode.reference(*self.tensors)
+            (q, q_pe, kv, k_pe), scale = split_scale(self.tensors)
+            self.expected, _ = mla_decode.reference(q, q_pe, dequantized(kv, scale), dequantized(k_pe, scale))
 
 
 def check_output(out, expected) -> dict:

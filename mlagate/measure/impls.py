@@ -18,7 +18,7 @@ import torch
 
 from mlagate.case import TILELANG_PREFIX
 from mlagate.kernels import mla_decode, tuned
-from mlagate.measure.layouts import Paged, Unavailable, as_pages, as_rows, lse_like, query_tokens
+from mlagate.measure.layouts import Paged, Unavailable, as_pages, as_rows, lse_like, query_tokens, split_scale
 
 
 def _require(module: str, impl: str):
@@ -60,14 +60,15 @@ def case_kernel(case, arch: str):
     a config that does not run on ``arch`` (the launch then says why)."""
     if not case.impl.startswith(TILELANG_PREFIX):
         return None
+    fp8 = {"kv_dtype": case.kv_dtype} if case.kv_dtype != case.dtype else {}  # kernels/: an fp8 cache's Shape
     if case.paged:
         from mlagate.kernels.mla_decode_paged import PagedShape
 
-        shape = PagedShape.holding(case.lengths, case.heads, case.page_size, case.dtype, s_q=case.q_len)
+        shape = PagedShape.holding(case.lengths, case.heads, case.page_size, case.dtype, s_q=case.q_len, **fp8)
         config = paged_config(case.impl, shape.at_mean_length(case.lengths), arch)
         kernel = (shape, config, tuple(case.lengths))
     else:
-        shape = mla_decode.Shape(case.batch, case.seqlen, case.heads, case.dtype, s_q=case.q_len)
+        shape = mla_decode.Shape(case.batch, case.seqlen, case.heads, case.dtype, s_q=case.q_len, **fp8)
         config = tilelang_config(case.impl, shape, arch)
         kernel = (shape, config)
     return None if _not_here(case.impl, config, arch) else kernel
@@ -84,12 +85,18 @@ def _not_here(impl: str, config, arch: str) -> str | None:
 def _tilelang(impl, inputs, device):
     if isinstance(inputs, Paged):
         return _tilelang_paged(impl, inputs, device)
-    q, q_pe, kv, k_pe = inputs
-    shape = mla_decode.check_inputs(q, q_pe, kv, k_pe)
+    (q, q_pe, kv, k_pe), kv_scale = split_scale(inputs)
+    shape = mla_decode.check_inputs(q, q_pe, kv, k_pe, kv_scale)
     config = _tilelang_config_here(impl, shape, device)
     kernel = mla_decode.compiled(shape, config, device)
-    out, lse = torch.empty_like(q), lse_like(q)
-    return lambda: kernel(q, q_pe, kv, k_pe, out, lse)[0]
+    out, lse, scaled = torch.empty_like(q), lse_like(q), _scaled(kv_scale, q.device)
+    return lambda: kernel(q, q_pe, kv, k_pe, out, lse, **scaled)[0]
+
+
+def _scaled(kv_scale, device) -> dict:
+    """The compiled TileLang kernels' keyword for an fp8 cache's per-tensor scale: float32 [1] on the device
+    (mla_decode.scale_tensor), made here, outside the timed launch; none at 16 bits."""
+    return {} if kv_scale is None else {"kv_scale": mla_decode.scale_tensor(kv_scale, device)}
 
 
 def _tilelang_config_here(impl, shape, device, paged=False):
@@ -105,18 +112,21 @@ def _tilelang_paged(impl, paged: Paged, device):
     """kernels/mla_decode_paged.py with the config the dense kernel runs at the batch's mean length (paged_config)."""
     from mlagate.kernels import mla_decode_paged
 
-    shape = mla_decode_paged.check_paged_inputs(*paged)  # reads the lengths and table: once, here
+    tensors, scaled = tuple(paged)[:6], _scaled(paged.kv_scale, paged.q.device)
+    shape = mla_decode_paged.check_paged_inputs(*tensors, paged.kv_scale)  # reads the lengths and table: once
     lengths = paged.seqlens.tolist()
     config = _tilelang_config_here(impl, shape.at_mean_length(lengths), device, paged=True)
     kernel = mla_decode_paged.compiled(shape, config, device, lengths)
     out, lse = torch.empty_like(paged.q), lse_like(paged.q)
-    return lambda: kernel(*paged, out, lse)[0]
+    return lambda: kernel(*tensors, out, lse, **scaled)[0]
 
 
 def _triton(inputs, device):
     if isinstance(inputs, Paged):
         raise Unavailable("triton: this Triton kernel (the seed's) reads a dense cache only")
-    q, q_pe, kv, k_pe = inputs
+    (q, q_pe, kv, k_pe), kv_scale = split_scale(inputs)
+    if kv_scale is not None:
+        raise Unavailable(f"triton: this Triton kernel (the seed's) reads a 16-bit cache, not {kv.dtype}")
     if query_tokens(q) > 1:
         raise Unavailable(f"triton: this Triton kernel (the seed's) takes one query token per sequence, not "
                           f"{query_tokens(q)} (no causal mask among new tokens)")
@@ -137,6 +147,9 @@ def _flash_mla(inputs, device):
     from flash_mla import flash_mla_with_kvcache, get_mla_metadata
 
     p = as_pages(inputs, "flash_mla", 64)
+    if p.kv_scale is not None:  # measured on the H200, 2026-12-01 (issue 44)
+        raise Unavailable(f"flash_mla: sgl-flash-mla 1.0.0's dense decode refuses a {p.kv_cache.dtype} cache with a "
+                          f"{p.q.dtype} query (\"query and key must have the same dtype\")")
     dim = p.q.shape[-1]
     q_all = torch.cat([p.q, p.q_pe], -1)
     q_all = q_all if q_all.dim() == 4 else q_all.unsqueeze(1)  # [b, s_q, h, 576]
@@ -172,7 +185,9 @@ def _flashinfer(inputs, device):
     wrapper.plan(metadata=meta, num_heads=heads, head_dim_ckv=dim, head_dim_kpe=pe_dim, page_size=p.page_size,
                  causal=s_q > 1, sm_scale=(dim + pe_dim) ** -0.5, q_data_type=q.dtype, kv_data_type=p.kv_cache.dtype,
                  query_layout="split", kv_cache_layout="split")
-    return lambda: wrapper.run(query=(q, q_pe), kv_cache=(p.kv_cache, p.k_pe_cache))
+    # an e4m3 cache plans scale_mode "kv-per-tensor": run takes ckv_scale and kpe_scale, our one per-tensor scale
+    scales = {} if p.kv_scale is None else {"ckv_scale": p.kv_scale, "kpe_scale": p.kv_scale}
+    return lambda: wrapper.run(query=(q, q_pe), kv_cache=(p.kv_cache, p.k_pe_cache), **scales)
 
 
 def _aiter(inputs, device):
@@ -189,8 +204,10 @@ def _aiter(inputs, device):
                           f"with scales), not {p.q.dtype}")
     q, q_pe = as_rows(p.q, p.q_pe)
     batch, s_q, (heads, dim) = p.seqlens.shape[0], p.s_q, q.shape[1:]
+    kv_dtype = str(p.kv_cache.dtype).removeprefix("torch.")
+    persistent = aiter_dispatch.persistent_call("bfloat16", kv_dtype)  # a16w8: its one object is persistent
     try:
-        aiter_dispatch.decode_kernel("bfloat16", heads, max_seqlen_q=s_q)
+        aiter_dispatch.decode_kernel("bfloat16", heads, kv_dtype=kv_dtype, max_seqlen_q=s_q, persistent=persistent)
     except aiter_dispatch.NoKernel as e:
         raise Unavailable(f"aiter: {e}") from None
     from aiter.mla import mla_decode_fwd
@@ -204,20 +221,42 @@ def _aiter(inputs, device):
     out = torch.empty(batch * s_q, heads, dim, dtype=p.q.dtype, device=device)
     scale = q_all.shape[-1] ** -0.5
 
+    work = _aiter_work(qo_indptr, kv_indptr, batch, s_q, heads, q_all.dtype, cache.dtype) if persistent else {}
+    if p.kv_scale is not None:  # asm_mla.cu reads it through a pointer: a float32 tensor of one
+        work["kv_scale"] = torch.tensor([p.kv_scale], dtype=torch.float32, device=device)
+
     def run():
         # amd-aiter 0.1.7.post2.dev18 (the image's): the page size and KV heads come from kv_buffer's shape;
         # sm_scale by keyword, as later aiter inserted page_size/nhead_kv before it
-        mla_decode_fwd(q_all, cache, out, qo_indptr, kv_indptr, page_ids, last_page_lens, s_q, sm_scale=scale)
+        mla_decode_fwd(q_all, cache, out, qo_indptr, kv_indptr, page_ids, last_page_lens, s_q, sm_scale=scale, **work)
         return out
 
     return run
+
+
+def _aiter_work(qo_indptr, kv_indptr, batch, s_q, heads, q_dtype, kv_dtype) -> dict:
+    """The persistent call's work lists (aiter's get_mla_metadata_v1, once per batch, outside the timed launch):
+    mla_decode_fwd's keywords, causal among the s_q query tokens as the a16w8 object (mask1) is."""
+    from aiter import get_mla_metadata_info_v1, get_mla_metadata_v1
+
+    shapes = get_mla_metadata_info_v1(batch, s_q, heads, q_dtype, kv_dtype, is_sparse=False, fast_mode=True)
+    names = ("work_meta_data", "work_indptr", "work_info_set", "reduce_indptr", "reduce_final_map",
+             "reduce_partial_map")
+    work = {name: torch.empty(shape, dtype=dtype, device=qo_indptr.device) for name, (shape, dtype)
+            in zip(names, shapes)}
+    get_mla_metadata_v1(qo_indptr, kv_indptr, heads, 1, True, *work.values(), kv_granularity=16,
+                        max_seqlen_qo=s_q, uni_seqlen_qo=s_q, fast_mode=True)
+    return work
 
 
 def _torch(inputs, device):
     if isinstance(inputs, Paged):  # its host loop and syncs keep the host from ever getting ahead of the GPU
         raise Unavailable("torch: the eager reference of a paged batch loops over sequences on the host; it "
                           "checks the others, it is not timed")
-    return lambda: mla_decode.reference(*inputs, compute_dtype=inputs[0].dtype)[0]
+    (q, q_pe, kv, k_pe), kv_scale = split_scale(inputs)
+    if kv_scale is not None:
+        raise Unavailable(f"torch: the eager reference in the query's dtype reads a 16-bit cache, not {kv.dtype}")
+    return lambda: mla_decode.reference(q, q_pe, kv, k_pe, compute_dtype=q.dtype)[0]
 
 
 PREPARE = {

@@ -23,6 +23,7 @@ from mlagate.kernels import mla_decode, tuned
 from mlagate.measure.environment import device as gpu
 from mlagate.measure.harness import Inputs, check_output
 from mlagate.measure.impls import TILELANG_PREFIX
+from mlagate.measure.layouts import split_scale
 from mlagate.measure.timer import time_gpu
 
 KERNEL_FILE = "kernels/mla_decode.py"
@@ -95,9 +96,10 @@ def config_at(repo, commit, module, family: str, shape, arch: str):
 
 
 def dense_shape(module, case: Case):
-    """``module``'s (a commit's kernel file) Shape of ``case``: s_q only past one query token, so a commit from
-    before the q_len axis still builds its one-token cases."""
+    """``module``'s (a commit's kernel file) Shape of ``case``: s_q only past one query token and kv_dtype only for a
+    cache in another dtype than the query's, so a commit from before those axes still builds its other cases."""
     extra = {"s_q": case.q_len} if case.q_len != 1 else {}
+    extra.update({"kv_dtype": case.kv_dtype} if case.kv_dtype != case.dtype else {})
     return module.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype, **extra)
 
 
@@ -118,18 +120,23 @@ def case_config_at(repo, commit, module, case: Case, arch: str):
 def launch_at(repo, commit, case: Case, inputs: Inputs):
     """The checked launch of ``case``'s TileLang kernel as ``commit`` has it: kernel file and tuned table."""
     module = kernel_module_at(repo, commit)
-    q = inputs.tensors[0]
+    tensors, kv_scale = split_scale(inputs.tensors)
+    tensors = tuple(tensors)[:6]
+    q = tensors[0]
+    # an fp8 cache's scale: the checks take the float, the compiled kernels a float32 [1] on the device
+    checked, scaled = ((), {}) if kv_scale is None else ((kv_scale,), {"kv_scale": module.scale_tensor(kv_scale,
+                                                                                                        q.device)})
     shape = dense_shape(module, case)
     config = case_config_at(repo, commit, module, case, mla_decode.device_arch(q.device))
     if case.paged:  # the config the dense kernel runs at the batch's mean length, as impls does
         paged = kernel_module_at(repo, commit, PAGED_KERNEL_FILE)
-        kernel = paged.compiled(paged.check_paged_inputs(*inputs.tensors), config, lengths=case.lengths)
+        kernel = paged.compiled(paged.check_paged_inputs(*tensors, *checked), config, lengths=case.lengths)
     else:
         kernel = module.compiled(shape, config)
     out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device=q.device, dtype=torch.float32)
 
     def launch():
-        kernel(*inputs.tensors, out, lse)
+        kernel(*tensors, out, lse, **scaled)
         return out
 
     check_output(launch(), inputs.expected)

@@ -43,7 +43,7 @@ def by_row(rows, vendors: dict) -> dict:
     ran = {}
     for r in rows:
         if r.get("impl") in vendors and r.get("kernels"):
-            row = kernel_row(r["dtype"], r["heads"], r.get("q_len", 1))
+            row = kernel_row(r["dtype"], r["heads"], r.get("q_len", 1), r.get("kv_dtype"))
             seen = ran.setdefault(r["impl"], {}).setdefault(row, {})
             seen.update(dict.fromkeys(r["kernels"]))
     out = {name: dict(entry) for name, entry in vendors.items()}

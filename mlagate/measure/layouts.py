@@ -22,6 +22,7 @@ class Paged(NamedTuple):
     k_pe_cache: torch.Tensor  # [num_pages, page_size, pe_dim]
     block_table: torch.Tensor  # [batch, max_pages] int32
     seqlens: torch.Tensor  # [batch] int32
+    kv_scale: float | None = None  # an fp8 cache's per-tensor scale (value = fp8 x kv_scale); None: 16-bit
 
     @property
     def page_size(self) -> int:
@@ -40,6 +41,19 @@ class Paged(NamedTuple):
             torch.tensor(pages, device=device)[:, None]
         indptr = torch.tensor([0, *itertools.accumulate(pages)], dtype=torch.int32, device=device)
         return indptr, self.block_table[used].contiguous()
+
+
+def split_scale(inputs) -> tuple:
+    """(the four dense tensors q, q_pe, kv, k_pe; the fp8 cache's scale or None): kernels/mla_decode.py's
+    random_inputs returns a fifth item, the per-tensor kv_scale, for an fp8 kv_dtype."""
+    if isinstance(inputs, Paged):
+        return inputs, inputs.kv_scale
+    return tuple(inputs[:4]), (float(inputs[4]) if len(inputs) > 4 else None)
+
+
+def dequantized(cache: torch.Tensor, kv_scale: float | None) -> torch.Tensor:
+    """An fp8 cache's values in float32 (fp8 x kv_scale), what the reference reads; a 16-bit cache as it is."""
+    return cache if kv_scale is None else cache.to(torch.float32) * kv_scale
 
 
 def query_tokens(q: torch.Tensor) -> int:
@@ -63,11 +77,12 @@ def as_pages(inputs, impl: str, page_size: int) -> Paged:
         if inputs.page_size != page_size:
             raise Unavailable(f"{impl}: takes pages of {page_size} tokens, this cache has {inputs.page_size}")
         return inputs
-    q, q_pe, kv, k_pe = inputs
+    (q, q_pe, kv, k_pe), kv_scale = split_scale(inputs)
     batch, seqlen = kv.shape[0], kv.shape[1]
     if seqlen % page_size:
         raise Unavailable(f"{impl}: this harness pages the cache in blocks of {page_size}; seqlen {seqlen} is not "
                           "a multiple")
     i32 = dict(dtype=torch.int32, device=q.device)
     return Paged(q, q_pe, kv.view(-1, page_size, kv.shape[-1]), k_pe.view(-1, page_size, k_pe.shape[-1]),
-                 torch.arange(batch * seqlen // page_size, **i32).view(batch, -1), torch.full((batch,), seqlen, **i32))
+                 torch.arange(batch * seqlen // page_size, **i32).view(batch, -1), torch.full((batch,), seqlen, **i32),
+                 kv_scale)

@@ -1,6 +1,6 @@
 """Work and traffic of one MLA decode, with FlashMLA's and aiter's formulas."""
 
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+from mlagate.hardware import ELEMENT_BYTES
 
 
 def flops(batch: int, heads: int, seqlen: int, s_q: int = 1, *, dim: int = 512, pe_dim: int = 64) -> int:
@@ -11,12 +11,14 @@ def flops(batch: int, heads: int, seqlen: int, s_q: int = 1, *, dim: int = 512, 
     return 2 * batch * s_q * heads * seqlen * ((dim + pe_dim) + dim)
 
 
-def bytes_moved(batch: int, heads: int, seqlen: int, dtype: str, s_q: int = 1, *, dim: int = 512,
-                pe_dim: int = 64) -> int:
+def bytes_moved(batch: int, heads: int, seqlen: int, dtype: str, s_q: int = 1, *, kv_dtype: str | None = None,
+                dim: int = 512, pe_dim: int = 64) -> int:
     """Each input read once and the output written once: the KV cache (shared by a sequence's s_q query
-    tokens), q and out of s_q x heads rows."""
+    tokens) in ``kv_dtype`` (the query's unless given: an fp8 cache reads one byte an element), q and out of
+    s_q x heads rows in ``dtype``. The per-tensor fp8 scale is one float, left out."""
     rows = batch * s_q * heads
-    return (batch * seqlen * (dim + pe_dim) + rows * (dim + pe_dim) + rows * dim) * ELEMENT_BYTES[dtype]
+    cache = batch * seqlen * (dim + pe_dim) * ELEMENT_BYTES[kv_dtype or dtype]
+    return cache + (rows * (dim + pe_dim) + rows * dim) * ELEMENT_BYTES[dtype]
 
 
 def tflops(work: int, latency_ms: float) -> float:

@@ -114,8 +114,10 @@ def workload_cell(case: Case) -> str:
 
 
 def page_name(case: Case) -> str:
-    """The case's page: its key, with s_q past one query token only (a link from before the q_len axis holds)."""
-    key = case.key[:5] + ((f"sq{case.q_len}",) if case.q_len != 1 else ()) + case.key[6:]
+    """The case's page: its key, with s_q past one query token and the cache's dtype where it is not the query's
+    only (a link from before the q_len and kv_dtype axes holds)."""
+    key = case.key[:5] + ((f"sq{case.q_len}",) if case.q_len != 1 else ()) \
+        + ((f"kv{case.kv_dtype}",) if case.kv_dtype != case.dtype else ()) + (case.workload,)
     return f"{CASES_DIR}/" + re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(map(str, key))) + ".html"
 
 

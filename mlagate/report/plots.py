@@ -17,12 +17,14 @@ def pyplot():
     return plt
 
 
-def roofline(cfg, arch: str | None, batch: int, seqlen: int, dtype: str, heads: int, q_len: int = 1) -> float | None:
+def roofline(cfg, arch: str | None, batch: int, seqlen: int, dtype: str, heads: int, q_len: int = 1,
+             kv_dtype: str | None = None) -> float | None:
     """min(peak TFLOPs, arithmetic intensity x peak bandwidth) for the arch, None if not configured."""
     peak = cfg.peaks(arch)
     if peak is None:
         return None
-    intensity = metrics.flops(batch, heads, seqlen, q_len) / metrics.bytes_moved(batch, heads, seqlen, dtype, q_len)
+    traffic = metrics.bytes_moved(batch, heads, seqlen, dtype, q_len, kv_dtype=kv_dtype)
+    intensity = metrics.flops(batch, heads, seqlen, q_len) / traffic
     return min(peak.tflops, intensity * peak.tbps)
 
 
@@ -43,19 +45,22 @@ def tflops_png(path, cfg, results, arch) -> None:
     results = [r for r in results if not r.case.paged]
     cases = [r.case for r in results]
     shapes = sorted({(c.heads, c.q_len) for c in cases})
-    columns = sorted({(c.batch, c.dtype) for c in cases})
+    columns = sorted({(c.batch, c.dtype, c.kv_dtype) for c in cases})
     fig, axes = plt.subplots(len(shapes), len(columns), figsize=(5.4 * len(columns) + 2.2, 3.8 * len(shapes)),
                              squeeze=False, layout="constrained")
     peak = cfg.peaks(arch)
-    for ax, ((h, q), (batch, dtype)) in zip(axes.flat, itertools.product(shapes, columns)):
-        panel = [r for r in results if (r.case.heads, r.case.q_len, r.case.batch, r.case.dtype) == (h, q, batch, dtype)]
-        title = f"{h} heads" + (f", s_q={q}" if q != 1 else "") + f", batch {batch}, {dtype}"
+    for ax, ((h, q), (batch, dtype, kv)) in zip(axes.flat, itertools.product(shapes, columns)):
+        panel = [r for r in results
+                 if (r.case.heads, r.case.q_len, r.case.batch, r.case.dtype, r.case.kv_dtype)
+                 == (h, q, batch, dtype, kv)]
+        title = f"{h} heads" + (f", s_q={q}" if q != 1 else "") + f", batch {batch}, {dtype}" + \
+            (f", {kv} cache" if kv != dtype else "")
         if len({r.case.seqlen for r in panel}) == 1:  # one point per line says nothing a table does not
             seqlen = panel[0].case.seqlen
             rows = [[impl, f"{r.tflops:.1f}"] for impl in impl_order(cfg, [c.impl for c in cases])
                     for r in panel if r.case.impl == impl and r.tflops is not None]
             if peak:
-                rows.append(["roofline", f"{roofline(cfg, arch, batch, seqlen, dtype, h, q):.1f}"])
+                rows.append(["roofline", f"{roofline(cfg, arch, batch, seqlen, dtype, h, q, kv):.1f}"])
             one_point_table(ax, rows, ["implementation", f"TFLOPs at seqlen {seqlen}"], title)
             continue
         for impl in impl_order(cfg, [c.impl for c in cases]):
@@ -64,7 +69,8 @@ def tflops_png(path, cfg, results, arch) -> None:
                 ax.plot(*zip(*pts), marker="o", color=_colors(cfg).get(impl), label=impl)
         seqlens = sorted({r.case.seqlen for r in panel}) or [1]
         if peak:
-            ax.plot(seqlens, [roofline(cfg, arch, batch, s, dtype, h, q) for s in seqlens], "k--", marker="_", ms=14,
+            ax.plot(seqlens, [roofline(cfg, arch, batch, s, dtype, h, q, kv) for s in seqlens], "k--", marker="_",
+                    ms=14,
                     label=f"roofline: min({peak.tflops:g} TFLOPs, intensity × {peak.tbps:g} TB/s)")
         ax.set_xscale("log", base=2)
         ax.set_xticks(seqlens, [str(s) for s in seqlens])
@@ -91,9 +97,11 @@ def one_point_table(ax, rows, header, title) -> None:
 
 def ratio_png(path, cfg, results, platform) -> None:
     plt = pyplot()
-    impl, vendor, floor = cfg.platform(platform).tilelang, cfg.platform(platform).vendor, cfg.gate.ratio[platform].floor
-    cases = sorted((r.case.heads, r.case.q_len, r.case.batch, r.case.seqlen, r.case.dtype, r.case.workload,
-                    r.vendor_ratio) for r in results if r.case.impl == impl and r.vendor_ratio is not None)
+    p, floor = cfg.platform(platform), cfg.gate.ratio[platform].floor
+    impl, vendor = p.tilelang, " | ".join(p.vendor_impls())  # an fp8 cache's ratio may be another vendor's
+    cases = sorted((r.case.heads, r.case.q_len, r.case.batch, r.case.seqlen, r.case.dtype, r.case.kv_dtype,
+                    r.case.workload, r.vendor_ratio)
+                   for r in results if r.case.impl == impl and r.vendor_ratio is not None)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(cases) + 4.0), 3.4), layout="constrained")
     x = range(len(cases))
     values = [c[-1] for c in cases]
@@ -101,8 +109,8 @@ def ratio_png(path, cfg, results, platform) -> None:
     ax.bar_label(bars, [f"{v:.2f}" for v in values], fontsize=8)
     ax.axhline(floor, color="C3", ls="--", label=f"gate floor {floor:.2f} (gate.vendor_ratio.{platform}.floor)")
     ax.axhline(1.0, color="grey", lw=1, label=f"= {vendor}")
-    ticks = [f"h{h}" + (f" s_q={q}" if q != 1 else "") + f" b{b} s{s}\n{d}" + ("" if w == DENSE else f"\n{_name(w)}")
-             for h, q, b, s, d, w, _ in cases]
+    ticks = [f"h{h}" + (f" s_q={q}" if q != 1 else "") + f" b{b} s{s}\n{d}" + (f" kv={kv}" if kv != d else "")
+             + ("" if w == DENSE else f"\n{_name(w)}") for h, q, b, s, d, kv, w, _ in cases]
     ax.set_xticks(list(x), ticks, fontsize=8, rotation=30 if len(cases) > 4 else 0)
     ax.set_ylim(0, max([1.1, *values]) * 1.12)
     ax.set(ylabel=f"TFLOPs {impl} / {vendor}", title=f"{impl} vs {vendor} per case")
@@ -113,7 +121,7 @@ def ratio_png(path, cfg, results, platform) -> None:
 
 
 def trend_png(path, cfg, commits, series) -> None:
-    """series: {Case: [latency s or None per commit]}; one panel per (batch, seqlen, dtype, heads, q_len, workload)."""
+    """series: {Case: [latency s or None per commit]}; one panel per point (batch ... kv_dtype, workload)."""
     plt = pyplot()
     panels = sorted({c.key[1:] for c in series})
     ncols = min(len(panels), 5)
@@ -121,16 +129,17 @@ def trend_png(path, cfg, commits, series) -> None:
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 1.8, 2.7 * nrows), squeeze=False,
                              layout="constrained")
     labels = [c.commit[:8] for c in commits]
-    for ax, (batch, seqlen, dtype, heads, q_len, workload) in zip(axes.flat, panels):
+    for ax, (batch, seqlen, dtype, heads, q_len, kv, workload) in zip(axes.flat, panels):
         title = f"h{heads}" + (f" s_q={q_len}" if q_len != 1 else "") + f" b{batch} s{seqlen} {dtype}" + \
-            ("" if workload == DENSE else f" {_name(workload)}")
+            (f" kv={kv}" if kv != dtype else "") + ("" if workload == DENSE else f" {_name(workload)}")
         if len(commits) == 1:  # one commit: each line would be one point
             rows = [[impl, f"{values[0] * 1e6:.1f}"] for impl in impl_order(cfg, [c.impl for c in series])
-                    if (values := series.get(Case(impl, batch, seqlen, dtype, heads, q_len, workload))) and values[0]]
+                    if (values := series.get(Case(impl, batch, seqlen, dtype, heads, q_len, kv, workload)))
+                    and values[0]]
             one_point_table(ax, rows, ["implementation", f"median µs, {labels[0]}"], title)
             continue
         for impl in impl_order(cfg, [c.impl for c in series]):
-            values = series.get(Case(impl, batch, seqlen, dtype, heads, q_len, workload))
+            values = series.get(Case(impl, batch, seqlen, dtype, heads, q_len, kv, workload))
             if values:
                 ax.plot(range(len(labels)), [v * 1e6 if v is not None else math.nan for v in values], marker="o",
                         ms=4, color=_colors(cfg).get(impl), label=impl)

@@ -25,11 +25,12 @@ def bench_table(results, *, vendor: str | None = None):
         table.add_column(col, justify="right" if col not in ("impl", "dtype", "workload", "status") else "left")
     for r in results:
         c = r.case
+        dtype = c.dtype if c.kv_dtype == c.dtype else f"{c.dtype}/{c.kv_dtype}"  # query/cache where they differ
         if r.status != RunStatus.OK:
-            table.add_row(c.impl, c.dtype, str(c.heads), str(c.q_len), str(c.batch), str(c.seqlen), c.workload,
+            table.add_row(c.impl, dtype, str(c.heads), str(c.q_len), str(c.batch), str(c.seqlen), c.workload,
                           "", "", "", "", "", "", f"{r.status}: {r.reason or ''}"[:90])
             continue
-        table.add_row(c.impl, c.dtype, str(c.heads), str(c.q_len), str(c.batch), str(c.seqlen), c.workload,
+        table.add_row(c.impl, dtype, str(c.heads), str(c.q_len), str(c.batch), str(c.seqlen), c.workload,
                       _fmt(r.median_ms and r.median_ms * 1e3, ".1f"),
                       _fmt(r.iqr_ms and r.iqr_ms * 1e3, ".1f"), _fmt(r.tflops, ".1f"), _fmt(r.gbps, ".0f"),
                       _fmt(r.roofline and r.roofline * 100, ".0f") + "%",

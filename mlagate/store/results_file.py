@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlagate.case import DENSE, PARAM_NAMES, case_label
+from mlagate.case import DENSE, PARAM_NAMES, Case, case_label
+from mlagate.hardware import ELEMENT_BYTES
 from mlagate.json_reader import (
     LATENCY_CEILING_S,
     LATENCY_FLOOR_S,
@@ -37,8 +38,8 @@ WORKLOAD_BENCH = {"mla_decode.TimeWorkload.time_decode": BENCH_TIME,
                   "mla_decode.WorkloadThroughput.track_tflops": BENCH_TFLOPS,
                   "mla_decode.WorkloadThroughput.track_vendor_ratio": BENCH_RATIO}
 # What a parameter recorded before it existed reads as: before heads, 128 heads; before q_len, one query
-# token per sequence; before workloads, the dense grid.
-LEGACY_VALUES = {"heads": 128, "q_len": 1, "workload": DENSE}
+# token per sequence; before kv_dtype, a cache in the query's dtype (Case's ""); before workloads, the dense grid.
+LEGACY_VALUES = {"heads": 128, "q_len": 1, "kv_dtype": "", "workload": DENSE}
 
 
 @dataclass(frozen=True)
@@ -66,16 +67,17 @@ POSITIVE = (BENCH_TIME, BENCH_TFLOPS, BENCH_RATIO)
 # ... and physical ones: each within its bounds (json_reader's limits), per value and per raw sample.
 BOUNDS = {BENCH_TIME: (LATENCY_FLOOR_S, LATENCY_CEILING_S, "s"), BENCH_TFLOPS: (1e-6, TFLOPS_CEILING, " TFLOPs"),
           BENCH_RATIO: (1 / RATIO_CEILING, RATIO_CEILING, "")}
-_KEY_TYPES = (str, int, int, str, int, int, str)  # PARAM_NAMES' types
+_KEY_TYPES = (str, int, int, str, int, int, str, str)  # PARAM_NAMES' types
 _FULL_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 def case_keys(raw_params) -> list:
     """asv's parameter lists (values as Python literals) -> case keys, in asv's result order.
-    A parameter a file lacks reads as LEGACY_VALUES' (heads, q_len and workload came in that order; the
-    dense benchmarks have no workload parameter): four lists are (impl, batch, seqlen, dtype), five add
+    A parameter a file lacks reads as LEGACY_VALUES' (heads, q_len, kv_dtype and workload came in that order;
+    the dense benchmarks have no workload parameter): four lists are (impl, batch, seqlen, dtype), five add
     heads, six add q_len or, in a workload benchmark recorded before q_len, the workload (told by its type:
-    quoted names, where q_len's are integers)."""
+    quoted names, where q_len's are integers), seven add kv_dtype or, recorded before kv_dtype, the workload
+    (told by its values: dtype names, where a workload's is its name and digest)."""
     if not isinstance(raw_params, list) or not all(isinstance(v, list) for v in raw_params):
         raise _Invalid(f"params must be a list of lists, got {raw_params!r:.80}")
     if not 4 <= len(raw_params) <= len(PARAM_NAMES):
@@ -83,20 +85,26 @@ def case_keys(raw_params) -> list:
     names = list(PARAM_NAMES[:len(raw_params)])
     if len(raw_params) == 6 and raw_params[5] and all(_is_name(v) for v in raw_params[5]):
         names[5] = "workload"
+    if len(raw_params) == 7 and not all(_literal(v) in ELEMENT_BYTES for v in raw_params[6]):
+        names[6] = "workload"
     by_name = dict(zip(names, raw_params))
     raw_params = [by_name.get(name, [repr(LEGACY_VALUES.get(name))]) for name in PARAM_NAMES]
     values = [[_param(name, kind, v) for v in vs] for name, kind, vs in zip(PARAM_NAMES, _KEY_TYPES, raw_params)]
-    keys = list(itertools.product(*values))
+    keys = [Case(*key).key for key in itertools.product(*values)]  # a legacy "" kv_dtype: the query's
     if len(set(keys)) != len(keys):
         raise _Invalid(f"params repeat a value: {raw_params!r:.120}")
     return keys
 
 
 def _is_name(text) -> bool:
+    return isinstance(_literal(text), str)
+
+
+def _literal(text):
     try:
-        return isinstance(text, str) and isinstance(ast.literal_eval(text), str)
+        return ast.literal_eval(text) if isinstance(text, str) else None
     except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return False
+        return None
 
 
 def _param(name, kind, text):
@@ -104,6 +112,8 @@ def _param(name, kind, text):
     value = ast.literal_eval(text) if isinstance(text, str) else None
     if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 1):
         raise _Invalid(f"parameter {name}: {text!r} is not a {'positive integer' if kind is int else 'quoted name'}")
+    if name == "kv_dtype" and value not in ("", *ELEMENT_BYTES):
+        raise _Invalid(f"parameter kv_dtype: {value!r} is not a dtype ({', '.join(ELEMENT_BYTES)})")
     return value
 
 
@@ -186,7 +196,7 @@ def _agree(benchmarks: dict):
         seconds, tflops = ok_value(times.get(key)), ok_value(rate)
         if seconds is None or tflops is None:
             continue
-        _, batch, seqlen, _, heads, q_len, _ = key
+        _, batch, seqlen, _, heads, q_len, _, _ = key
         implied = flops(batch, heads, seqlen, q_len) / seconds / 1e12
         if abs(tflops / implied - 1) > TFLOPS_TOLERANCE:
             raise _Invalid(f"{case_label(key)}: {tflops:.4g} TFLOPs recorded, but its median latency "
