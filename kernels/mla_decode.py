@@ -28,7 +28,7 @@ from pathlib import Path
 import tilelang
 import tilelang.language as T
 
-from mlagate.kernels.tile_rules import MAX_STAGES, MULTIPLE_OF, POLICIES, POLICY_CHOICES
+from mlagate.kernels.tile_rules import FP8_DTYPES, FP8_FORMAT, MAX_STAGES, MULTIPLE_OF, POLICIES, POLICY_CHOICES
 
 LOG2E = 1.44269504
 LN2 = 0.6931471805599453
@@ -40,10 +40,6 @@ PASS_CONFIGS = {tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True}
 # there, whose exp2 is inf: NaN rows on the H200); exp2 of its difference to a real score is 0.
 MASKED = -2.0 ** 100
 MAX_S_Q = 8  # query tokens per sequence: 1, or MTP's 2-4 (speculative decoding rarely goes past 8)
-# An fp8 KV cache's format per architecture, the one home of that fact: Hopper runs OCP e4m3fn, CDNA3 (gfx942) the
-# fnuz variant (no negative zero, exponent bias 8, max 240): the same bits mean other values on the other arch.
-FP8_FORMAT = {"sm_90": "float8_e4m3fn", "sm_90a": "float8_e4m3fn", "gfx942": "float8_e4m3fnuz"}
-FP8_DTYPES = tuple(sorted(set(FP8_FORMAT.values())))
 
 
 @dataclass(frozen=True)

@@ -16,3 +16,8 @@ POLICY_CHOICES = f"{', '.join(POLICIES[:-1])} or {POLICIES[-1]}"  # as an error 
 MAX_STAGES = 4
 # The architecture (perf.yml's name, kernels/tuned/<arch>.yaml) each config family is written and tuned for.
 FAMILY_ARCH = {"cdna3": "gfx942", "hopper": "sm_90", "seesaw": "sm_90"}
+# An fp8 KV cache's format per architecture, the one home of that fact (mlagate/hardware.py reads it per platform):
+# Hopper runs OCP e4m3fn, CDNA3 (gfx942) the fnuz variant (no negative zero, exponent bias 8, max 240): the same bits
+# mean other values on the other arch, so a cache in the other's format is refused.
+FP8_FORMAT = {"sm_90": "float8_e4m3fn", "sm_90a": "float8_e4m3fn", "gfx942": "float8_e4m3fnuz"}
+FP8_DTYPES = tuple(sorted(set(FP8_FORMAT.values())))

@@ -6,6 +6,8 @@ so that the interleaved re-measure can load a base commit's kernel file on its o
 
 from dataclasses import dataclass
 
+from mlagate.kernels.tile_rules import FP8_FORMAT
+
 
 @dataclass(frozen=True)
 class Arch:
@@ -49,8 +51,7 @@ EXPECTED_MATRIX = {"sm_90": "HGMMA", "gfx942": "MFMA"}
 # start at the VGPR count aligned to this (LLVM's getTotalNumVGPRs).
 UNIFIED_VGPR_ALIGNMENT = 4
 
-# The fp8 format of a KV cache per platform: gfx942 (MI300X) computes in e4m3fnuz (bias 8, no negative zero),
-# Hopper in the OCP e4m3fn; one format read on the other arch is wrong by a factor of two.
-FP8_KV_FORMAT = {"rocm": "float8_e4m3fnuz", "cuda": "float8_e4m3fn"}
+# The fp8 format of a KV cache per platform, of its architecture (kernels/tile_rules.py FP8_FORMAT says why two).
+FP8_KV_FORMAT = {"rocm": FP8_FORMAT["gfx942"], "cuda": FP8_FORMAT["sm_90"]}
 # Bytes per element of every dtype a query or a cache is held in.
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e4m3fnuz": 1}
