@@ -286,11 +286,13 @@ def kernel_config(shape: Shape, config: TileConfig) -> TileConfig:
 
     A seesaw cache of one tile or less runs HOPPER: a cache shorter than a tile cannot be a TMA box, and at one
     tile TileLang folds the second warpgroup's all-masked tile away with its softmax: one short launch either way.
+    So does an fp8 seesaw cache: the seesaw's Q and K tiles fill the shared memory wgmma reads in the query's dtype,
+    leaving no room for fp8 staging tiles (case.FP8_KERNEL_OF names it in the case's label).
     A shared-operand (Hopper) head block of fewer than 64 rows (16 heads; 32 rows: 16 heads at s_q 2) is no wgmma
     tile, so its GEMMs run mma.sync, and a second warpgroup only splits the columns: it runs one warpgroup whose
     warps split the rows (FullRow), the config every such shape of the tuned table holds and the fastest one at 16
     and 32 rows on the H200, dense and paged (docs/measurements.md, 2026-12-02)."""
-    if config.schedule == "seesaw" and shape.seqlen <= config.block_N // 2:
+    if config.schedule == "seesaw" and (shape.seqlen <= config.block_N // 2 or shape.kv_fp8):
         config = HOPPER
     if config.schedule == "pipelined" and config.operands_in_shared and min(config.block_H, shape.rows) < WGMMA_ROWS:
         return config.with_(threads=WARPGROUP, policy="FullRow")
@@ -309,10 +311,6 @@ def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = Non
                          f"got {shape.dim} + {shape.pe_dim}")
     check_kv_format(shape.kv_dtype, arch)
     config = kernel_config(shape, config)
-    if config.schedule == "seesaw" and shape.kv_fp8:
-        # its K tiles fill the shared memory wgmma reads in the query's dtype: no room left for fp8 staging tiles
-        raise ValueError(f"config {config.name}: the seesaw schedule has no fp8 cache (kv_dtype {shape.kv_dtype}); "
-                         f"the pipelined configs have one")
     refused = config.refuses_rows(shape.rows)
     if refused:
         raise ValueError(refused)

@@ -20,6 +20,8 @@ WORKLOAD_TAG_MARK = "@"  # between a workload's name and its definition's digest
 # The paged kernel has the pipelined schedule only: a family of another schedule runs its workload cases with
 # this family's config (kernels/mla_decode.py paged_config; tests/test_workloads.py holds the two together).
 PAGED_KERNEL_OF = {"tilelang-seesaw": "tilelang-hopper"}
+# Nor has it an fp8 cache: its fp8 cases run this family's kernel (mla_decode.kernel_config).
+FP8_KERNEL_OF = {"tilelang-seesaw": "tilelang-hopper"}
 
 
 def family_impl(impl: str) -> str:
@@ -64,14 +66,16 @@ class Case:
 
 def case_label(key: tuple, *, tag: bool = False) -> str:
     """What a reader sees: a workload by its name (``tag``: with its definition's digest, for the errors that
-    say a definition changed), and for a workload case the kernel it runs when that is another family's."""
+    say a definition changed), and the kernel a case runs when that is another family's (a workload case's, an
+    fp8 cache's)."""
     impl, batch, seqlen, dtype, heads, q_len, kv_dtype, workload = key
     # one query token and a cache in the query's dtype are left unsaid, so labels (perf-accept.yml's patterns)
     # read as before the q_len and kv_dtype axes
     point = f"{impl} h={heads}" + (f" s_q={q_len}" if q_len != 1 else "") + f" b={batch} s={seqlen} {dtype}" \
         + (f" kv={kv_dtype}" if kv_dtype != dtype else "")
     if workload == DENSE:
-        return point
+        runs = FP8_KERNEL_OF.get(family_impl(impl)) if kv_dtype != dtype else None
+        return point + (f" (runs {runs}'s kernel)" if runs else "")
     name = workload if tag else workload.partition(WORKLOAD_TAG_MARK)[0]
     runs = PAGED_KERNEL_OF.get(family_impl(impl))
     return f"{point} {name}" + (f" (runs {runs}'s paged kernel)" if runs else "")

@@ -1,5 +1,6 @@
 """The fp8 KV cache without a GPU: lowering per architecture and format, input checks, the dequantized reference."""
 
+import dataclasses
 import math
 import re
 
@@ -63,11 +64,15 @@ def test_fp8_paged_kernels_lower_without_a_gpu(arch, fmt, config, page_size):
     assert fp8_params(source) == (True, True)
 
 
-def test_the_seesaw_and_a_wrong_format_are_refused_before_lowering():
+def test_an_fp8_seesaw_cache_runs_the_pipelined_kernel_and_a_wrong_format_is_refused_before_lowering():
+    from mlagate.case import FP8_KERNEL_OF
+
     fp8 = m.Shape(batch=64, seqlen=4096, heads=16, dtype="bfloat16", kv_dtype=FN)
-    with pytest.raises(ValueError, match="config seesaw: the seesaw schedule has no fp8 cache"):
-        m.plan(fp8, m.SEESAW, "sm_90a")
-    assert m.plan(fp8, m.HOPPER, "sm_90a").shape.kv_dtype == FN
+    seesaw = m.plan(fp8, m.SEESAW, "sm_90a")
+    assert seesaw.config.schedule == "pipelined"
+    assert f"tilelang-{seesaw.config.name}" == FP8_KERNEL_OF["tilelang-seesaw"]
+    assert m.plan(fp8, m.HOPPER, "sm_90a") == seesaw  # the hopper family's kernel, as the label says
+    assert m.plan(dataclasses.replace(fp8, kv_dtype="bfloat16"), m.SEESAW, "sm_90a").config == m.SEESAW
     with pytest.raises(ValueError, match=f"kv_dtype: a {FN} cache on gfx942"):
         m.plan(fp8, m.CDNA3, "gfx942")
     paged = p.PagedShape(batch=2, heads=16, max_pages=4, page_size=64, dtype="bfloat16", kv_dtype=FNUZ)

@@ -84,7 +84,11 @@ def test_without_kv_dtypes_a_platform_measures_its_16_bit_caches_as_before():
 def test_a_case_key_holds_the_cache_dtype_and_the_label_says_it_only_when_it_is_not_the_querys():
     fp8 = Case("tilelang-seesaw", 64, 4096, "bfloat16", 16, 2, FN)
     assert fp8.key == ("tilelang-seesaw", 64, 4096, "bfloat16", 16, 2, FN, DENSE)
-    assert fp8.label() == "tilelang-seesaw h=16 s_q=2 b=64 s=4096 bfloat16 kv=float8_e4m3fn"
+    # the seesaw has no fp8 cache: its fp8 cases run the hopper family's kernel, and say so
+    assert fp8.label() == \
+        "tilelang-seesaw h=16 s_q=2 b=64 s=4096 bfloat16 kv=float8_e4m3fn (runs tilelang-hopper's kernel)"
+    assert Case("tilelang-hopper", 64, 4096, "bfloat16", 16, 2, FN).label() == \
+        "tilelang-hopper h=16 s_q=2 b=64 s=4096 bfloat16 kv=float8_e4m3fn"
     old = Case("tilelang-seesaw", 64, 4096, "float16", 16)
     assert old.kv_dtype == "float16" and old.label() == "tilelang-seesaw h=16 b=64 s=4096 float16"
     with pytest.raises(ValueError, match="kv_dtype 'ragged-4k@ab' is not a dtype"):  # a positional workload
