@@ -4,8 +4,8 @@ samples without a GPU and `asv run` and `mlagate record` can be compared on what
 
 Only the measuring is replaced (grid.run_cases, the compile ahead and torch's GPU check, in that process):
 the suite's ordering, metrics, cases file and the benchmarks' replay are the recorded commit's own. The fake
-is a function of the case's key alone, the same in every process and commit: most cases measured (a few samples each), the
-implementations not installed on an H200 skipped, one case failed."""
+is a function of the case's key alone, the same in every process and commit: most cases measured (a few samples
+each), the implementations not installed on an H200 skipped, one case failed."""
 
 import contextlib
 import hashlib
