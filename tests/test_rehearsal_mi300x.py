@@ -2,9 +2,10 @@
 through platform detection (gfx942), config and vendor choice, record (asv) and gate, to a verdict.
 
 aiter is the real one: the pinned amd-aiter wheel the image installs (pyproject's aiter extra), its Python
-run as it is (``mla_decode_fwd``, ``get_meta_param``, its JIT loader and argument check). What stands in
-(tests/rehearsal/sitecustomize.py says each): an MI300X as torch and ROCm's tools report one, aiter's two
-JIT-built modules and Triton's launch of its stage-2 kernel (the device code), TileLang's compiled kernel
+run as it is (``mla_decode_fwd`` in both its branches, ``get_meta_param``, ``get_mla_metadata_info_v1``, its JIT
+loader and argument check). What stands in (tests/rehearsal/sitecustomize.py says each): an MI300X as torch and
+ROCm's tools report one, aiter's JIT-built modules (the enum, the asm stage 1, and the fp8 cache's persistent work
+lists and reduce) and Triton's launch of its stage-2 kernel (the device code), TileLang's compiled kernel
 (the reference behind the real gfx942 plan), and H200 samples for GPU time. The run happens in a clone of
 this repository with two commits on top: the grid shrunk to CPU size (the base), then a comment-only change
 (the head). No number here is an MI300X measurement.
@@ -30,6 +31,9 @@ DOCKERFILE = ROOT / "Dockerfile.rocm"
 HEADS = [16, 64, 128]
 VENDOR_HEADS = (16, 128)
 Q_LEN_VENDOR_HEADS = (16,)  # past one query token (tests/test_aiter_contract.py)
+FP8 = "float8_e4m3fnuz"  # gfx942's fp8 cache, read with a bf16 query: aiter's a16w8, persistent, 16 heads only
+FP8_VENDOR_HEADS = (16,)
+KV_DTYPES = ("bfloat16", FP8)
 
 pytestmark = pytest.mark.slow  # a whole gate through asv in subprocesses, twice: ~45 s on a CPU
 
@@ -50,18 +54,17 @@ def compose_bench(settings: dict) -> tuple:
 
 
 def shrink_to_cpu(perf_yml: Path, rocm_dtypes=None):
-    """CPU-sized grid and warm-up; the 16-bit cache only (the fp8 cache needs the persistent a16w8 launch and its
-    reduce, which aiter_jit's stand-ins do not model yet: docs/aiter-contract-0.1.7.md); every other key as
-    committed."""
+    """CPU-sized grid and warm-up; every other key as committed (the bf16 and the fp8 cache, aiter's fp8 vendor
+    at 16 heads: its persistent a16w8 launch, work lists and reduce stand in, aiter_jit/)."""
     data = yaml.safe_load(perf_yml.read_text())
     for name in ("quick", "full"):
         data["grid"][name] = {"batch": [64], "seqlen": [64], "heads": HEADS, "q_len": [1, 2]}
     data["timing"]["warmup_ms"] = 10
     rocm = data["platforms"]["rocm"]
-    rocm.pop("fp8_vendor")
-    rocm["kv_dtypes"] = [kv for kv in rocm["kv_dtypes"] if not kv.startswith("float8")]
-    if rocm_dtypes:
+    assert rocm["kv_dtypes"] == ["bfloat16", FP8] and rocm["fp8_vendor"]["heads"] == list(FP8_VENDOR_HEADS)
+    if rocm_dtypes:  # a 16-bit grid alone: no fp8 cache, so no fp8 vendor
         rocm["dtypes"] = rocm["kv_dtypes"] = rocm_dtypes
+        rocm.pop("fp8_vendor")
     perf_yml.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
@@ -105,15 +108,16 @@ def test_the_bench_service_yields_a_verdict_on_an_mi300x(rehearsal):
     cases = {tuple(c["case"]): c for c in verdict["cases"] if c["status"] != "skipped"}
     # gfx942 -> the cdna3 config is the gated one, measured in bfloat16 (aiter takes no fp16);
     # the hopper and seesaw configs, gated on CUDA, are skipped here (they need sm_90)
-    assert set(cases) == {("tilelang-cdna3", 64, 64, "bfloat16", h, q, "bfloat16", "dense")
-                          for h in HEADS for q in (1, 2)}
+    assert set(cases) == {("tilelang-cdna3", 64, 64, "bfloat16", h, q, kv, "dense")
+                          for h in HEADS for q in (1, 2) for kv in KV_DTYPES}
     assert {c["case"][0] for c in verdict["cases"] if c["status"] == "skipped"} == {"tilelang-hopper",
                                                                                      "tilelang-seesaw"}
-    for (_, _, _, _, heads, q_len, _, _), c in cases.items():
+    for (_, _, _, _, heads, q_len, kv, _), c in cases.items():
         assert c["status"] == "pass", c
         # aiter has a bf16 decode kernel for these on gfx942 (at 2 query tokens a causal one for 16 heads only,
-        # perf.yml vendor_q_len_heads): the ratio exists
-        if heads in VENDOR_HEADS and (q_len == 1 or heads in Q_LEN_VENDOR_HEADS):
+        # perf.yml vendor_q_len_heads), and an fp8-cache one (a16w8) for 16 heads at 1 and 2 tokens: the ratio exists
+        vendor = FP8_VENDOR_HEADS if kv == FP8 else VENDOR_HEADS
+        if heads in vendor and (q_len == 1 or heads in Q_LEN_VENDOR_HEADS):
             assert 0.7 < c["vendor_ratio"] < 0.9
         else:  # none for 64 heads: declared in perf.yml, said in the report, latency still gated
             assert c["vendor_ratio"] is None and c["change"] is not None
@@ -133,6 +137,11 @@ def test_the_rehearsal_recorded_both_commits_through_asv_with_aiter(rehearsal):
     for heads in VENDOR_HEADS:  # the real aiter frontend ran, down to the stand-ins of its device code
         assert time[("aiter", 64, 64, "bfloat16", heads, 1, "bfloat16", "dense")].status == "ok"
     assert time[("aiter", 64, 64, "bfloat16", 16, 2, "bfloat16", "dense")].status == "ok"  # qo_indptr, max_seqlen_q 2
+    for q_len in (1, 2):  # the fp8 cache: the persistent a16w8 call (work lists, stage 1, reduce), causal at 2
+        fp8 = (64, 64, "bfloat16", 16, q_len, FP8, "dense")
+        assert time[("aiter", *fp8)].status == "ok" and time[("tilelang-cdna3", *fp8)].status == "ok"
+        assert head.entries(BENCH_RATIO)[("tilelang-cdna3", *fp8)].status == "ok"
+    assert time[("aiter", 64, 64, "bfloat16", 128, 1, FP8, "dense")].status == "skipped"  # a16w8: 16 heads only
     # no 64-head kernel: not run
     assert time[("aiter", 64, 64, "bfloat16", 64, 1, "bfloat16", "dense")].status == "skipped"
     assert time[("tilelang-hopper", 64, 64, "bfloat16", 16, 1, "bfloat16", "dense")].status == "skipped"  # needs sm_90
@@ -148,6 +157,8 @@ def test_the_rehearsal_recorded_both_commits_through_asv_with_aiter(rehearsal):
         assert row["code_object"] == f"mla/mla_dec_stage1_bf16_a16w16_subQ{heads}_mqa{heads}.co"
         assert (row["vgpr_count"], row["lds_bytes"]) == (512, 65536)
     assert aiter["kernels"]["bfloat16/64"]["kernel"] is None
+    for row in (f"bfloat16/16/kv={FP8}", f"bfloat16/16/kv={FP8}/s_q=2"):  # a16w8: one persistent, causal object
+        assert aiter["kernels"][row]["code_object"] == "mla/mla_a16w8_qh16_m16x4_n16x1_coex0_mask1_ps.co", row
 
 
 def test_an_fp16_grid_on_rocm_fails_closed_naming_each_case(tmp_path, fresh_clone):

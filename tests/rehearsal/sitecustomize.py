@@ -11,8 +11,9 @@ MLAGATE_REHEARSAL set. What stands in, and nothing more:
   CPU cannot run HIP code (`mlagate build` lowers the real kernels for gfx942 on a CPU);
 - aiter is the installed amd-aiter, its real Python (``mla_decode_fwd``, ``get_meta_param``, the JIT
   loader and its argument check); below it stand in only what needs ROCm or a GPU: ``hipconfig`` and
-  ``rocminfo`` (rocm/bin, on PATH: an MI300X, gfx942, 304 CUs), the two modules aiter JIT-builds
-  (aiter_jit/, copied into AITER_JIT_DIR, where aiter imports them from), and Triton's launch of aiter's
+  ``rocminfo`` (rocm/bin, on PATH: an MI300X, gfx942, 304 CUs), the modules aiter JIT-builds (aiter_jit/:
+  the enum, the asm stage 1, and for the persistent fp8 call the work lists and the reduce; copied into
+  AITER_JIT_DIR, where aiter imports them from), and Triton's launch of aiter's
   stage-2 kernel (triton_stub.py, present only while aiter imports); torch's ``device="cuda"`` is the CPU;
 - GPU timing returns samples recorded on an H200 (tests/fixtures/h200/bench_full_fp16_2026-11-29.json):
   the TileLang stand-in gets tilelang-hopper's, aiter FlashMLA's, torch its own, at the same batch
@@ -125,8 +126,12 @@ def patch_kernels(m):
             assert arch == "gfx942", f"rehearsal: expected gfx942, detected {arch}"
             self.plan = m.plan(shape, config, arch, sm_count)
 
-        def __call__(self, q, q_pe, kv, k_pe, out, lse):
-            o, o_lse = m.reference(q, q_pe, kv, k_pe)
+        def __call__(self, q, q_pe, kv, k_pe, out, lse, kv_scale=None):
+            # an fp8 cache's scale: the float32 [1] tensor the real kernel reads (impls._scaled), checked as such
+            assert (kv_scale is None) == (not self.plan.shape.kv_fp8), "rehearsal: kv_scale iff an fp8 cache"
+            if kv_scale is not None:
+                assert kv_scale.dtype == m.scale_tensor(1.0, "cpu").dtype and kv_scale.shape == (1,)
+            o, o_lse = m.reference(q, q_pe, kv, k_pe, kv_scale=None if kv_scale is None else float(kv_scale))
             out.copy_(o)
             lse.copy_(o_lse)
             return out, lse
