@@ -13,7 +13,7 @@ from mlagate.kernels import mla_decode
 from mlagate.measure import impls
 from mlagate.measure.environment import VENDORS
 from mlagate.measure.kernels_run import kernels_run
-from mlagate.measure.layouts import dequantized, split_scale
+from mlagate.measure.layouts import split_scale
 from mlagate.measure.shards import point
 from mlagate.measure.timer import time_gpu
 
@@ -40,16 +40,15 @@ class Inputs:
             self.tensors = impls.Paged(*mla_decode_paged.random_paged_inputs(
                 case.batch, case.heads, case.lengths, case.page_size, case.dtype, device=device, seed=SEED,
                 s_q=case.q_len, **fp8))
-            p, scale = self.tensors, self.tensors.kv_scale  # the reference reads the dequantized cache
-            self.expected, _ = mla_decode_paged.reference_paged(p.q, p.q_pe, dequantized(p.kv_cache, scale),
-                                                                dequantized(p.k_pe_cache, scale), p.block_table,
-                                                                p.seqlens)
+            p = self.tensors  # the reference reads the dequantized cache (kv_scale None: a 16-bit one)
+            self.expected, _ = mla_decode_paged.reference_paged(p.q, p.q_pe, p.kv_cache, p.k_pe_cache, p.block_table,
+                                                                p.seqlens, kv_scale=p.kv_scale)
         else:
             shape = mla_decode.Shape(batch=case.batch, seqlen=case.seqlen, heads=case.heads, dtype=case.dtype,
                                      s_q=case.q_len, **fp8)
             self.tensors = mla_decode.random_inputs(shape, device=device, seed=SEED)
-            (q, q_pe, kv, k_pe), scale = split_scale(self.tensors)
-            self.expected, _ = mla_decode.reference(q, q_pe, dequantized(kv, scale), dequantized(k_pe, scale))
+            tensors, kv_scale = split_scale(self.tensors)
+            self.expected, _ = mla_decode.reference(*tensors, kv_scale=kv_scale)
 
 
 def check_output(out, expected) -> dict:

@@ -51,11 +51,6 @@ def split_scale(inputs) -> tuple:
     return tuple(inputs[:4]), (float(inputs[4]) if len(inputs) > 4 else None)
 
 
-def dequantized(cache: torch.Tensor, kv_scale: float | None) -> torch.Tensor:
-    """An fp8 cache's values in float32 (fp8 x kv_scale), what the reference reads; a 16-bit cache as it is."""
-    return cache if kv_scale is None else cache.to(torch.float32) * kv_scale
-
-
 def query_tokens(q: torch.Tensor) -> int:
     """s_q of a query tensor: [batch, heads, dim] is one token, [batch, s_q, heads, dim] s_q."""
     return q.shape[1] if q.dim() == 4 else 1
