@@ -1,4 +1,4 @@
-"""What a long command shows while it runs, and where TileLang's own chatter goes.
+"""What a long command shows while it runs (and where its time went), and where TileLang's own chatter goes.
 
 ``bar(label, total)``: a context manager giving ``advance(description)``; a rich progress bar on stderr when
 stderr is a terminal, nothing otherwise (CI logs stay clean). ``tilelang_log(folder)``: for its duration the
@@ -8,6 +8,7 @@ process and in the spawned lowering and compiling processes (``child_init``), no
 import logging
 import os
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -105,3 +106,26 @@ def child_init() -> None:
     """A spawned process's initializer: TileLang's log to the parent's tilelang_log file, if one is open."""
     if os.environ.get(LOG_ENV):
         _capture(Path(os.environ[LOG_ENV]))
+
+
+@contextmanager
+def spending(spent: dict | None, phase: str):
+    """Adds the wall seconds of its block to ``spent[phase]`` (where a run's time went; None: not kept)."""
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        if spent is not None:
+            spent[phase] = spent.get(phase, 0.0) + time.monotonic() - start
+
+
+def add_spent(spent: dict | None, phases: dict | None) -> None:
+    for phase, seconds in (phases or {}).items() if spent is not None else ():
+        spent[phase] = spent.get(phase, 0.0) + seconds
+
+
+def time_spent(spent: dict, wall_s: float) -> str:
+    """Where a measuring pass's ``wall_s`` went, its largest phase first (the workers' sums: with several GPUs
+    they add up to more than the wall)."""
+    parts = [f"{phase} {seconds:.1f} s" for phase, seconds in sorted(spent.items(), key=lambda kv: -kv[1])]
+    return f"measuring pass {wall_s:.1f} s; the workers spent: " + (", ".join(parts) or "nothing")

@@ -11,7 +11,7 @@ import pytest
 
 from mlagate import config
 from mlagate.case import Case, CaseResult, RunStatus
-from mlagate.measure import grid
+from mlagate.measure import grid, metrics
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "h200"
 FAKE_WORKER = textwrap.dedent('''
@@ -110,7 +110,7 @@ def test_cases_spread_over_gpus_record_their_gpu(tmp_path):
 
 
 def test_outputs_are_json_and_csv(tmp_path):
-    rows = grid.add_metrics(grid.run_cases(cases(1024), config.load().timing, python=fake_python(tmp_path)))
+    rows = metrics.add_metrics(grid.run_cases(cases(1024), config.load().timing, python=fake_python(tmp_path)))
     grid.write_outputs(tmp_path / "bench.json", rows, {"gpu": "none"})
     assert (tmp_path / "bench.csv").read_text().splitlines()[0].startswith("impl,batch,seqlen")
     assert os.path.getsize(tmp_path / "bench.json") > 100

@@ -213,13 +213,17 @@ def test_the_worker_waits_for_each_kernel_and_warms_up_again_after_a_long_wait(m
             events.append(("inputs", case.seqlen))
 
     monkeypatch.setattr(harness, "Inputs", FakeInputs)
-    monkeypatch.setattr(harness, "measure_case", lambda case, timing, inputs, device, budget: events.append(
+    monkeypatch.setattr(harness, "measure_case", lambda case, timing, inputs, device, budget, spent: events.append(
         ("measure", case.seqlen)) or grid.CaseResult(case, grid.RunStatus.SKIPPED, "stand-in"))
     cases = [Case("tilelang-seesaw", 64, s, "float16") for s in (1024, 2048)]
     job = {"timing": dataclasses.asdict(CFG.timing), "deadline": None, "compiled": "/the/compile's/folder",
            "cases": [[i, dataclasses.asdict(c), "record"] for i, c in enumerate(cases)]}
     monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(job)))
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
     grid._worker()
+    done = [json.loads(line[len(grid.MARK):]) for line in sys.stdout.getvalue().splitlines() if '"done"' in line]
+    # each case says where its time went: the wait, and a new point's inputs
+    assert [sorted(d["spent"]) for d in done] == [["inputs and reference", "waiting for compiles"]] * 2
     assert events == [("wait", "/the/compile's/folder", 1024), ("inputs", 1024), ("measure", 1024),
                       ("wait", "/the/compile's/folder", 2048), ("rewarm", "cuda:0"), ("inputs", 2048),
                       ("measure", 2048)]

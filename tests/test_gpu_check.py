@@ -157,7 +157,7 @@ def test_the_records_measurement_gets_its_gpus_deadline_and_budgets(monkeypatch,
 
     seen = {}
 
-    def run_cases(cases, timing, *, budgets, deadline, gpus, compiled):
+    def run_cases(cases, timing, *, budgets, deadline, gpus, compiled, spent):
         assert seen["compiling"]  # timed while the kernels compile, waiting on that folder
         seen.update(cases=cases, budgets=budgets, deadline=deadline, gpus=gpus, ready=compiled)
         return []

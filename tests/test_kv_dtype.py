@@ -139,11 +139,12 @@ def test_a_ratio_is_taken_only_against_the_vendor_of_the_same_query_and_cache_fo
             _ok(Case("flash_mla", **point, kv_dtype=FN), 0.05),  # not the fp8 vendor: never a denominator
             _ok(Case("tilelang-seesaw", 64, 4096, "float16", 16), 0.2),
             _ok(Case("flash_mla", 64, 4096, "float16", 16), 0.1)]
-    out = {(r.case.impl, r.case.kv_dtype): r for r in grid.add_metrics(rows, vendor=CFG.platform("cuda").vendor_impl)}
+    vendor = CFG.platform("cuda").vendor_impl
+    out = {(r.case.impl, r.case.kv_dtype): r for r in metrics.add_metrics(rows, vendor=vendor)}
     assert out[("tilelang-seesaw", FN)].vendor_ratio == pytest.approx(0.8)  # over FlashInfer's e4m3 path
     assert out[("tilelang-seesaw", "float16")].vendor_ratio == pytest.approx(0.5)  # over FlashMLA's fp16
     # an fp8 TileLang case with only a 16-bit vendor measured has no ratio: never across formats
-    alone = grid.add_metrics([rows[0], rows[4]], vendor=CFG.platform("cuda").vendor_impl)
+    alone = metrics.add_metrics([rows[0], rows[4]], vendor=CFG.platform("cuda").vendor_impl)
     assert alone[0].vendor_ratio is None
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from mlagate.case import Case, CaseResult, RunStatus, Samples
 from mlagate.measure.asv_suite import write_cases
-from mlagate.measure.grid import add_metrics
+from mlagate.measure.metrics import add_metrics
 from mlagate.store.results import Store
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -56,3 +56,23 @@ def test_no_record_no_file(tmp_path):
     with progress.tilelang_log(tmp_path / "out", children=False):
         pass  # a command that refuses its input before compiling anything
     assert not (tmp_path / "out").exists()
+
+
+def test_where_the_time_went_adds_up_per_phase_largest_first(monkeypatch):
+    clock = iter([0.0, 2.0, 10.0, 10.5, 20.0, 23.0, 30.0, 31.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    spent = {}
+    with progress.spending(spent, "timing"):
+        pass
+    with progress.spending(spent, "load and check"):
+        pass
+    with progress.spending(spent, "timing"):
+        pass
+    assert spent == {"timing": 5.0, "load and check": 0.5}
+    with progress.spending(None, "timing"):  # not kept: nothing to add to
+        pass
+    progress.add_spent(spent, {"load and check": 1.0, "profiler": 0.25})
+    progress.add_spent(None, {"timing": 1.0})
+    assert progress.time_spent(spent, 9.0) == ("measuring pass 9.0 s; the workers spent: timing 5.0 s, "
+                                               "load and check 1.5 s, profiler 0.2 s")
+    assert progress.time_spent({}, 0.0).endswith("spent: nothing")

@@ -1,5 +1,6 @@
 """`mlagate bench`: measure the grid on this host's GPU(s) and print a table (JSON and CSV with --out)."""
 
+import time
 from pathlib import Path
 
 from mlagate import config as config_mod
@@ -23,7 +24,7 @@ def run(args, cfg) -> int:
 
     from mlagate.case import RunStatus
     from mlagate.decide import schedule
-    from mlagate.measure import environment, grid, kernels_run, precompile
+    from mlagate.measure import environment, grid, kernels_run, metrics, precompile
     from mlagate.report import schedules, text
 
     impls = args.impl or list(cfg.implementations)  # bad input first, on any machine
@@ -47,11 +48,13 @@ def run(args, cfg) -> int:
             case = result.case
             cases_done.advance(f"{case.impl} b={case.batch} s={case.seqlen}: {result.status}")
 
+        spent, start = {}, time.monotonic()
         results = grid.run_cases(cases, cfg.timing, budgets=[cfg.budget_for(c.impl, platform) for c in cases],
-                                 gpus=gpus, on_result=on_result, compiled=compiled)
+                                 gpus=gpus, on_result=on_result, compiled=compiled, spent=spent)
+    print(progress.time_spent(spent, time.monotonic() - start))
     env_start["vendors"] = kernels_run.by_row([r.to_dict() for r in results], env_start["vendors"])
     env = {"start": env_start, "end": environment.environment(), "config_digest": cfg.digest}
-    results = grid.add_metrics(results, peaks=cfg.peaks(env_start.get("arch")),
+    results = metrics.add_metrics(results, peaks=cfg.peaks(env_start.get("arch")),
                                vendor=cfg.platform(platform).vendor_impl)
     _console().print(text.bench_table(results, vendor=" | ".join(cfg.platform(platform).vendor_impls())))
     planned = schedule.diagnose_cases([r.case for r in results], env_start.get("arch"))

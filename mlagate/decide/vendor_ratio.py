@@ -35,7 +35,7 @@ def judge_ratio(cv, base_ratio, head_ratio, rule, platform: Platform, kernels=No
     """The vendor-ratio rules on one case (verdict.CaseVerdict): a floor on head's ratio, a maximum drop from
     base's; a case whose vendor kernel changed is re-baselined, one the vendor has no kernel for is not judged.
     The vendor is the one of the case's cache (Platform.vendor_for): both sides of a ratio ran the query and cache
-    dtypes of the case's key (measure/grid.add_metrics divides within one point)."""
+    dtypes of the case's key (measure/metrics.add_metrics divides within one point)."""
     cv.vendor_ratio = head_ratio
     cv.base_vendor_ratio = base_ratio
     heads, q_len, kv_dtype = cv.case[4], cv.case[5], cv.case[6]

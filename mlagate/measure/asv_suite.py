@@ -6,8 +6,10 @@ import json
 import math
 import os
 import sys
+import time
 
 from mlagate import config as config_mod
+from mlagate import progress
 from mlagate.case import PARAM_NAMES, Case, RunStatus
 from mlagate.measure.environment import platform
 
@@ -70,7 +72,7 @@ def measure_grid() -> dict:
     record-budget cases (what the gate reads) go first, each grid point's together."""
     import torch
 
-    from mlagate.measure import grid, precompile
+    from mlagate.measure import grid, metrics, precompile
 
     if not torch.cuda.is_available():
         return {}
@@ -83,10 +85,12 @@ def measure_grid() -> dict:
         deadline -= ASV_S_PER_CASE * len(cases(sharded=False))
     gpus = grid.parse_gpus(os.environ.get(GPUS_ENV))
     # stderr: asv shows it (--show-stderr), and keeps a benchmark's stdout to itself
+    spent, start = {}, time.monotonic()
     with precompile.ahead(ordered, precompile.default_jobs(len(gpus or [0])), echo=_to_stderr) as compiled:
         results = grid.run_cases(ordered, cfg.timing, budgets=[budgets[c] for c in ordered], deadline=deadline,
-                                 gpus=gpus, compiled=compiled)
-    results = grid.add_metrics(results, vendor=cfg.platform(here).vendor_impl)
+                                 gpus=gpus, compiled=compiled, spent=spent)
+    _to_stderr(progress.time_spent(spent, time.monotonic() - start))
+    results = metrics.add_metrics(results, vendor=cfg.platform(here).vendor_impl)
     if os.environ.get(CASES_ENV):
         write_cases(os.environ[CASES_ENV], results)
     return {r.case: r for r in results}

@@ -1,4 +1,4 @@
-"""Run a grid of cases with fault isolation, then derive the metrics.
+"""Run a grid of cases with fault isolation (measure.metrics derives the metrics).
 
 Cases run in a worker process per GPU. A case that faults the GPU (illegal
 memory access, a crashed process) is reported as failed with the error, its
@@ -18,9 +18,9 @@ from dataclasses import asdict, replace
 
 from mlagate.case import Case, CaseResult, RunStatus
 from mlagate.config import ROOT, Budget, Timing
-from mlagate.measure import metrics, summary
 from mlagate.measure.kernels_run import short_name
 from mlagate.measure.shards import point
+from mlagate.progress import add_spent
 
 MARK = "@@mlagate "  # prefixes the worker's protocol lines; libraries may print too
 CUDA_FAULT_EXIT = 3
@@ -104,12 +104,14 @@ def parse_gpus(text):
     return gpus
 
 
-def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python, budgets, deadline, compiled=None):
+def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python, budgets, deadline, compiled=None,
+                spent=None):
     """Feed ``indices`` of ``cases`` to worker processes pinned to ``gpu`` until all are done."""
 
-    def deliver(i, result):
+    def deliver(i, result, phases=None):
         with lock:
             results[i] = result
+            add_spent(spent, phases)
         if on_result:
             on_result(result)
 
@@ -151,7 +153,7 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python, b
                 if msg["event"] == "start":
                     current = msg["index"]
                 else:
-                    deliver(msg["index"], replace(CaseResult.from_dict(msg["result"]), gpu=gpu))
+                    deliver(msg["index"], replace(CaseResult.from_dict(msg["result"]), gpu=gpu), msg.get("spent"))
                     current = None
             code = proc.wait()
             stderr.seek(0)
@@ -165,20 +167,21 @@ def _run_worker(cases, indices, timing, gpu, results, on_result, lock, python, b
 
 
 def run_cases(cases, timing: Timing, *, budgets=None, deadline=None, gpus=None, on_result=None, compiled=None,
-              python=sys.executable) -> list:
+              spent=None, python=sys.executable) -> list:
     """Measure every case (under ``budgets[i]``, default "record"); returns one CaseResult per
     case, in order. A case of another budget than "record" not started by ``deadline`` (epoch
     seconds) is skipped, saying so. ``compiled``: the folder of a compile running alongside
-    (precompile.ahead), whose kernel a TileLang case waits for."""
+    (precompile.ahead), whose kernel a TileLang case waits for. ``spent``: a dict the workers' wall
+    seconds per phase are added to (summary.time_spent says them)."""
     results, lock = {}, threading.Lock()
     budgets = list(budgets or ["record"] * len(cases))
     if not gpus:
         _run_worker(cases, range(len(cases)), timing, None, results, on_result, lock, python, budgets, deadline,
-                    compiled)
+                    compiled, spent)
     else:
         threads = [threading.Thread(target=_run_worker,
                                     args=(cases, part, timing, gpu, results, on_result, lock, python, budgets,
-                                          deadline, compiled))
+                                          deadline, compiled, spent))
                    for gpu, part in zip(gpus, shard(cases, len(gpus))) if part]
         for t in threads:
             t.start()
@@ -198,32 +201,6 @@ def run_on_each(case: Case, timing: Timing, gpus, *, budget="record", python=sys
     for t in threads:
         t.join()
     return [r[0] for r in results]
-
-
-def add_metrics(results, *, peaks=None, vendor=None) -> list:
-    """Latency stats, TFLOPs, GB/s, share of roofline and ratio to the vendor: ``vendor`` an implementation's
-    name, or a function of a cache dtype giving it (Platform.vendor_for: an fp8 cache may have another)."""
-    out = []
-    for r in results:
-        times = r.samples.times_ms if r.samples else ()
-        if r.status == RunStatus.OK and times:
-            s, c = summary.describe(times), r.case
-            work = metrics.flops(c.batch, c.heads, c.seqlen, c.q_len)
-            traffic = metrics.bytes_moved(c.batch, c.heads, c.seqlen, c.dtype, c.q_len, kv_dtype=c.kv_dtype)
-            r = replace(r, median_ms=s["median"], iqr_ms=s["iqr"], ci99_ms=(s["ci_low"], s["ci_high"]),
-                        outliers=s["outliers"], n=s["n"], tflops=metrics.tflops(work, s["median"]),
-                        gbps=metrics.gbps(traffic, s["median"]),
-                        roofline=metrics.roofline_fraction(work, traffic, s["median"], peaks.tflops, peaks.tbps)
-                        if peaks else None)
-        out.append(r)
-    if vendor:  # same point (query and cache dtypes included: like with like), same GPU
-        vendor_of = vendor if callable(vendor) else lambda kv_dtype: vendor
-        best = {(point(r.case), r.gpu): r.tflops for r in out if r.case.impl == vendor_of(r.case.kv_dtype)}
-        for i, r in enumerate(out):
-            v = best.get((point(r.case), r.gpu))
-            if r.tflops and v:
-                out[i] = replace(r, vendor_ratio=r.tflops / v)
-    return out
 
 
 CSV_FIELDS = ("impl", "batch", "seqlen", "dtype", "heads", "q_len", "kv_dtype", "workload", "status", "median_ms",
@@ -260,6 +237,7 @@ def _worker():
     from mlagate.measure.harness import Inputs, measure_case
     from mlagate.measure.precompile import wait_compiled
     from mlagate.measure.timer import rewarm
+    from mlagate.progress import spending
 
     job = json.load(sys.stdin)
     timing = timing_from_dict(job["timing"])
@@ -275,18 +253,23 @@ def _worker():
                                                          f"{timing.record_s:g} s) ran out before this case")
             print(MARK + json.dumps({"event": "done", "index": index, "result": result.to_dict()}), flush=True)
             continue
+        spent = {}
         try:
             device = device or gpu()
-            if wait_compiled(job.get("compiled"), case, device) > IDLE_REWARM_S:
+            with spending(spent, "waiting for compiles"):
+                waited = wait_compiled(job.get("compiled"), case, device)
+            if waited > IDLE_REWARM_S:
                 rewarm(device)
             if inputs is None or inputs.point != point(case):
-                inputs = None  # free the last problem's tensors first
-                torch.cuda.empty_cache()
-                inputs = Inputs(case, device)
-            result = measure_case(case, timing, inputs, device, budget)
+                with spending(spent, "inputs and reference"):
+                    inputs = None  # free the last problem's tensors first
+                    torch.cuda.empty_cache()
+                    inputs = Inputs(case, device)
+            result = measure_case(case, timing, inputs, device, budget, spent)
         except Exception as e:  # reported per case; the grid goes on
             result = CaseResult(case, RunStatus.FAILED, f"{type(e).__name__}: {e}"[:2000])
-        print(MARK + json.dumps({"event": "done", "index": index, "result": result.to_dict()}), flush=True)
+        print(MARK + json.dumps({"event": "done", "index": index, "result": result.to_dict(), "spent": spent}),
+              flush=True)
         if result.status == RunStatus.FAILED:
             try:
                 torch.cuda.synchronize()

@@ -16,6 +16,7 @@ from mlagate.measure.kernels_run import kernels_run
 from mlagate.measure.layouts import split_scale
 from mlagate.measure.shards import point
 from mlagate.measure.timer import time_gpu
+from mlagate.progress import spending
 
 RTOL = ATOL = 0.01
 SEED = 0
@@ -76,13 +77,17 @@ def checked_launch(impl: str, inputs: Inputs, device) -> tuple:
     return launch, check_output(out, inputs.expected)
 
 
-def measure_case(case: Case, timing: Timing, inputs: Inputs, device, budget: str = "record") -> CaseResult:
+def measure_case(case: Case, timing: Timing, inputs: Inputs, device, budget: str = "record",
+                 spent: dict | None = None) -> CaseResult:
     try:
-        launch, error = checked_launch(case.impl, inputs, device)
+        with spending(spent, "load and check"):  # the kernel's load (or compile), one launch, the comparison
+            launch, error = checked_launch(case.impl, inputs, device)
     except impls.Unavailable as e:
         return CaseResult(case, RunStatus.SKIPPED, str(e))
     except WrongResult as e:
         return CaseResult(case, RunStatus.FAILED, f"wrong result: {e}")
-    samples = time_gpu(launch, timing, budget, device=device)
-    names = kernels_run(launch) if case.impl in VENDORS else ()  # after the samples: the profiler is not timed
+    with spending(spent, "timing"):
+        samples = time_gpu(launch, timing, budget, device=device)
+    with spending(spent, "profiler"):  # after the samples: the profiler is not timed
+        names = kernels_run(launch) if case.impl in VENDORS else ()
     return CaseResult(case, RunStatus.OK, samples=samples, error=error, kernels=names)

@@ -24,7 +24,7 @@ from mlagate.atomic import write_json, write_replace
 from mlagate.case import CaseResult, RunStatus
 from mlagate.config import Config
 from mlagate.json_reader import JSONFileError, load
-from mlagate.measure import grid
+from mlagate.measure import grid, metrics
 from mlagate.measure.precompile import in_processes
 from mlagate.tune import report
 from mlagate.tune import rules as decide
@@ -223,7 +223,7 @@ def _measure_lowered(cfg: Config, p: Plan, lowered: list, done: dict, deadline, 
 
     def save(result: CaseResult):
         sp, impl = by_key[result.case.key]
-        (measured,) = grid.add_metrics([result], peaks=peaks)
+        (measured,) = metrics.add_metrics([result], peaks=peaks)
         _save(p, done, sp, impl, "done", done[sp.folder, impl]["smem"], measured)
         measuring.advance(f"measured {sp.folder} {impl}: {result.status}")
 
