@@ -20,7 +20,7 @@ from mlagate.decide.vocabulary import Kind, Status
 from mlagate.kernels import mla_decode
 from mlagate.measure import grid, impls, metrics, shards
 from mlagate.measure.layouts import Paged, as_pages, split_scale
-from test_q_len import dense_inputs, stand_in
+from test_q_len import dense_inputs, fake_flashinfer, stand_in
 
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 CFG = config.load()
@@ -180,30 +180,11 @@ def test_the_fp8_inputs_carry_their_scale_to_every_layout():
 
 
 def test_flashinfer_plans_an_e4m3_cache_with_a_bf16_query_and_runs_it_with_the_scale(monkeypatch):
-    planned, ran = {}, {}
-
-    class Wrapper:
-        def __init__(self, workspace, backend):
-            planned["backend"] = backend
-
-        def plan(self, **kw):
-            planned.update(kw)
-
-        def run(self, query, kv_cache, **kw):  # flashinfer-python 0.7.2.post1: ckv_scale and kpe_scale, keywords
-            ran.update(kw, cache=[t.dtype for t in kv_cache])
-            return torch.zeros(query[0].shape)
-
-    class Meta:
-        @staticmethod
-        def csr(qo_indptr, kv_indptr, kv_indices, kv_len_arr):
-            return {}
-
-    stand_in(monkeypatch, "flashinfer")
-    stand_in(monkeypatch, "flashinfer.mla", BatchMLAPagedAttentionWrapper=Wrapper, MLAPlanMetadata=Meta)
-    monkeypatch.setattr(impls.mla_decode, "device_arch", lambda device: "sm_90a")
+    planned, ran = fake_flashinfer(monkeypatch)
     impls.prepare("flashinfer", fp8_inputs(), "cpu")()
     assert (planned["q_data_type"], planned["kv_data_type"]) == (torch.bfloat16, torch.float8_e4m3fn)
-    assert ran == {"ckv_scale": 0.5, "kpe_scale": 0.5, "cache": [torch.float8_e4m3fn] * 2}
+    assert {k: ran[k] for k in ran if k != "q"} == {"ckv_scale": 0.5, "kpe_scale": 0.5,
+                                                     "cache": [torch.float8_e4m3fn] * 2}
     impls.prepare("flashinfer", tuple(t.to(torch.bfloat16) for t in fp8_inputs()[:4]), "cpu")()
     assert ran["cache"] == [torch.bfloat16] * 2 and "ckv_scale" not in planned  # 16 bits: no scale passed
 

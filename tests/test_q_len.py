@@ -230,7 +230,9 @@ def test_flash_mla_gets_q_with_its_s_q_axis_and_causal(monkeypatch):
         assert kw["causal"] is causal and kw["use_legacy"] is True and out.shape == (2, s_q, 16, 512)
 
 
-def test_flashinfer_is_planned_with_qo_indptr_of_s_q_rows_per_sequence(monkeypatch):
+def fake_flashinfer(monkeypatch) -> tuple:
+    """A FlashInfer MLA wrapper stand-in on sm_90a: (what plan() was given, what run() was given: the query's
+    shapes, the cache's dtypes and its keywords, e.g. flashinfer-python 0.7.2.post1's ckv_scale and kpe_scale)."""
     planned, ran = {}, {}
 
     class Wrapper:
@@ -240,8 +242,8 @@ def test_flashinfer_is_planned_with_qo_indptr_of_s_q_rows_per_sequence(monkeypat
         def plan(self, **kw):
             planned.update(kw)
 
-        def run(self, query, kv_cache):
-            ran["q"] = [t.shape for t in query]
+        def run(self, query, kv_cache, **kw):
+            ran.update(kw, q=[t.shape for t in query], cache=[t.dtype for t in kv_cache])
             return torch.zeros(query[0].shape)
 
     class Meta:
@@ -252,6 +254,11 @@ def test_flashinfer_is_planned_with_qo_indptr_of_s_q_rows_per_sequence(monkeypat
     stand_in(monkeypatch, "flashinfer")
     stand_in(monkeypatch, "flashinfer.mla", BatchMLAPagedAttentionWrapper=Wrapper, MLAPlanMetadata=Meta)
     monkeypatch.setattr(impls.mla_decode, "device_arch", lambda device: "sm_90a")
+    return planned, ran
+
+
+def test_flashinfer_is_planned_with_qo_indptr_of_s_q_rows_per_sequence(monkeypatch):
+    planned, ran = fake_flashinfer(monkeypatch)
     out = impls.prepare("flashinfer", dense_inputs(2, batch=3), "cpu")()
     assert planned["metadata"] == {"qo_indptr": [0, 2, 4, 6], "kv_indptr": [0, 2, 4, 6], "kv_len": [128] * 3}
     assert planned["causal"] is True and planned["num_heads"] == 16 and planned["query_layout"] == "split"

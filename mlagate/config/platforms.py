@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from mlagate.config.reader import ConfigError, KeyReader
 from mlagate.config.workloads import MAX_LENGTH
 from mlagate.hardware import FP8_KV_FORMAT
+from mlagate.kernels.tile_rules import FP8_DTYPES
 
 PLATFORMS = ("rocm", "cuda")
 DTYPES = ("float16", "bfloat16")
 HEADS = (16, 32, 64, 128)  # query heads per GPU: DeepSeek's 128 under tensor parallelism 8, 4, 2 and 1
-FP8_DTYPES = tuple(sorted(set(FP8_KV_FORMAT.values())))
 # An fp8 cache is read with a bfloat16 query: the TileLang kernels' contract (kernels/mla_decode.py), aiter's
 # a16w8 and FlashInfer's e4m3 path alike, so both sides of an fp8 ratio run (bfloat16, the fp8 format).
 FP8_QUERY_DTYPE = "bfloat16"
