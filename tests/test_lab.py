@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from mlagate import config
 from mlagate.case import Case, CaseResult, RunStatus, Samples
 from mlagate.measure.asv_suite import write_cases
 from mlagate.measure.metrics import add_metrics
@@ -261,3 +262,11 @@ def test_seesaw_fixed_cost_fits_a_line(importable):
     fit = importlib.import_module("lab.seesaw_fixed_cost").fit
     a, b = fit([(s, 12.0 + 0.03 * s) for s in (1024, 2048, 4096, 8192)])
     assert a == pytest.approx(12.0) and b == pytest.approx(0.03)
+
+
+def test_sanitize_paged_skews_few_long_2k_with_the_shortest_and_longest_sequence(importable):
+    from lab import sanitize_paged
+
+    lengths = sanitize_paged.batches(64)
+    assert len(lengths) == 66 and lengths[-2:] == [1, 131072]
+    assert lengths[:64] == list(config.load().workloads["few-long-2k"].lengths(64))
