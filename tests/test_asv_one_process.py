@@ -109,6 +109,9 @@ def test_asv_publish_and_the_gate_read_a_record_made_in_one_process(recorded, ca
         point = (row["batch"], row["seqlen"], row["dtype"], row["heads"], row["q_len"], row["workload"])
         gpu_of.setdefault(point, set()).add(row["gpu"])
     assert all(len(g) == 1 for g in gpu_of.values()) and set.union(*gpu_of.values()) == {0, 1, 2, 3}
+    # what the measuring pass said, which asv keeps to itself, is kept beside the cases (and `record` prints it)
+    said = s.read_sidecar(MACHINE, gitops.resolve("HEAD", repo), "cases")["said"]
+    assert [line.split(";")[0].split()[:2] for line in said] == [["measuring", "pass"]]
 
 
 # -- the same point on the same GPU ---------------------------------------------------

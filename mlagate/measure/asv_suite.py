@@ -85,14 +85,19 @@ def measure_grid() -> dict:
         deadline -= ASV_S_PER_CASE * len(cases(sharded=False))
     gpus = grid.parse_gpus(os.environ.get(GPUS_ENV))
     # stderr: asv shows it (--show-stderr), and keeps a benchmark's stdout to itself
-    spent, start = {}, time.monotonic()
-    with precompile.ahead(ordered, precompile.default_jobs(len(gpus or [0])), echo=_to_stderr) as compiled:
+    said, spent, start = [], {}, time.monotonic()  # what the pass says: the compile's summary, where its time went
+
+    def say(line):
+        _to_stderr(line)
+        said.append(line)
+
+    with precompile.ahead(ordered, precompile.default_jobs(len(gpus or [0])), echo=say) as compiled:
         results = grid.run_cases(ordered, cfg.timing, budgets=[budgets[c] for c in ordered], deadline=deadline,
                                  gpus=gpus, compiled=compiled, spent=spent)
-    _to_stderr(progress.time_spent(spent, time.monotonic() - start))
+    say(progress.time_spent(spent, time.monotonic() - start))
     results = metrics.add_metrics(results, vendor=cfg.platform(here).vendor_impl)
     if os.environ.get(CASES_ENV):
-        write_cases(os.environ[CASES_ENV], results)
+        write_cases(os.environ[CASES_ENV], results, said)
     return {r.case: r for r in results}
 
 
@@ -100,8 +105,9 @@ def _to_stderr(line):
     print(line, file=sys.stderr, flush=True)
 
 
-def write_cases(path, results):
-    """Every case's status, metrics and sampling windows; the samples themselves are in asv's results."""
+def write_cases(path, results, said=()):
+    """Every case's status, metrics and sampling windows (the samples themselves are in asv's results), and the
+    lines the measuring pass said (asv keeps a setup_cache's stderr to itself: `mlagate record` prints them)."""
     rows = []
     for r in results:
         row = r.to_dict()
@@ -109,7 +115,7 @@ def write_cases(path, results):
             row["samples"] = {k: v for k, v in row["samples"].items() if k != "times_ms"}
         rows.append(row)
     with open(path, "w") as f:
-        json.dump({"results": rows}, f)
+        json.dump({"results": rows, "said": list(said)}, f)
 
 
 class ReplayClock:

@@ -152,6 +152,8 @@ def _run_asv(tree: Path, commit, machine, grid, dtypes, impls, bench_regex, dead
     cases = json.loads(cases_file.read_text()) if cases_file.exists() else None  # none: a commit from before
     if cases is not None:  # the vendor kernels that ran, beside their versions (one measurement per record)
         start["vendors"] = kernels_run.by_row(cases["results"], start["vendors"])
+        for line in cases.get("said", ()):  # the compile's summary and where the measuring pass's time went
+            echo(line)
     staged.write_sidecar(machine, commit, "env", {"start": start, "end": end, "grid": grid, "dtypes": dtypes,
                                                   "impls": impls, "platform": start["platform"], "gpus": gpus,
                                                   "shard": shard, "gpu_consistency": gpu_check})
