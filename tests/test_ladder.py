@@ -416,6 +416,18 @@ def test_the_ladder_calibrates_commits_records_gates_and_tabulates(gpu, repo, tm
     assert doc["untouched"][0]["max_pp"] == pytest.approx(0.2) and "noise floor" in md
 
 
+def test_by_default_the_ladder_records_the_gated_config_and_every_vendor_its_ratios_need(tmp_path, monkeypatch):
+    """The quick grid holds fp8 caches, whose ratio is FlashInfer's: without it every step's gate would fail.
+    (This checkout's HEAD: it has the seesaw's kernel file.)"""
+    from mlagate.measure import environment
+
+    monkeypatch.setattr(environment, "platform", lambda: "cuda")
+    p = pipeline.plan(CFG, base_rev="HEAD", machine="m", out=str(tmp_path / "out"))
+    assert p.impls == ("tilelang-seesaw", "flash_mla", "flashinfer")
+    assert {CFG.platform("cuda").vendor_for(c.kv_dtype).impl for c in CFG.cases("quick", ["tilelang-seesaw"], "cuda")
+            } == {"flash_mla", "flashinfer"}
+
+
 def test_a_killed_ladder_resumes_without_redoing_finished_steps(gpu, repo, tmp_path):
     out = tmp_path / "out"
     args = ["ladder", "--base", "HEAD", "--reps", "2", "--steps", "0,3,5", "--out", str(out), "--machine", "m",

@@ -76,8 +76,8 @@ def plan(cfg: Config, *, base_rev: str, steps="0,1,2,3,5,8", reps="3", grid="qui
         raise ValueError(f"--grid: {grid!r} is not a grid of perf.yml ({', '.join(cfg.grid.sizes)})")
     here = platform()
     names = [i.strip() for i in impls.split(",") if i.strip()] if isinstance(impls, str) else list(impls or ())
-    # the vendor too by default: a gated case without its vendor ratio is an error in the gate
-    names = list(dict.fromkeys(names or [cfg.platform(here).tilelang, cfg.platform(here).vendor]))
+    # the vendors too by default (an fp8 cache's as well): a gated case without its vendor ratio fails the gate
+    names = list(dict.fromkeys(names or [cfg.platform(here).tilelang, *cfg.platform(here).vendor_impls()]))
     strangers = [i for i in names if i not in cfg.implementations]
     if strangers:
         raise ValueError(f"--impl: {unknown('implementation', strangers[0], cfg.implementations)}")
