@@ -16,8 +16,8 @@ def add_parser(sub):
                    help="slowdowns to inject, in %% of each case's own time (default %(default)s)")
     p.add_argument("--reps", default="3", help="repetitions, each with a results store of its own (default 3)")
     flags.grid(p, flags.LOOK_GRID, "the shapes of its own stores' records")
-    flags.impl(p, "the platform's TileLang config and its vendor kernels (an fp8 cache's too), whose ratios the gate needs",
-               "; the gated TileLang ones get the delay")
+    flags.impl(p, "the platform's TileLang config and its vendor kernels (an fp8 cache's too), whose ratios "
+                  "the gate needs", "; the gated TileLang ones get the delay")
     flags.machine(p, "records")
     p.add_argument("--out", default="out/ladder",
                    help="folder for everything; run again with the same arguments and --out to resume")
