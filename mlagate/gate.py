@@ -242,7 +242,7 @@ def review_inputs(verdict, cfg: Config, machine: str, arch: str | None):
     quick = {c.key for c in cfg.cases("quick", cfg.gate.gated, verdict.platform)}
     return Review(changed=changed_files(verdict.base, verdict.head), arch=arch, machine=machine,
                   grids={c.case: "quick" if c.case in quick else "full" for c in verdict.cases},
-                  vendor=cfg.platform(verdict.platform).vendor,
+                  vendor_of=cfg.platform(verdict.platform).vendor_impl,
                   schedules=schedule.diagnose_cases(workload_cases(verdict, cfg), arch))
 
 

@@ -160,6 +160,20 @@ def test_the_ratio_rule_holds_an_fp8_cache_to_its_own_vendors_heads():
     assert at_16.status == Status.ERROR and at_16.reasons[0].kind == Kind.NO_RATIO
 
 
+def test_a_failing_fp8_case_is_reproduced_beside_its_own_vendor():
+    from mlagate.decide.verdict import Verdict
+    from mlagate.decide.vocabulary import Outcome
+    from mlagate.report.review import Review, reproduce
+
+    fp8 = CaseVerdict(("tilelang-seesaw", 64, 4096, "bfloat16", 16, 1, FN, DENSE), Status.REGRESSION)
+    fp16 = CaseVerdict(("tilelang-seesaw", 64, 4096, "float16", 16, 1, "float16", DENSE), Status.REGRESSION)
+    lines = [command for command, _ in reproduce(Verdict(Outcome.REGRESSION, [fp8, fp16], base="b" * 40,
+                                                         head="h" * 40),
+                                                 Review(vendor_of=CFG.platform("cuda").vendor_impl))]
+    assert "--impl tilelang-seesaw --impl flashinfer --dtype bfloat16" in lines[0]
+    assert "--impl tilelang-seesaw --impl flash_mla --dtype float16" in lines[1]
+
+
 # -- the vendors at fp8 --------------------------------------------------------------------------------
 
 def fp8_inputs(fmt=FN, batch=2, seqlen=128, s_q=1, heads=16, scale=0.5):

@@ -2,6 +2,7 @@
 depend on, and the command that reproduces each failing case on a GPU host."""
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlagate.case import TILELANG_PREFIX, family_impl
@@ -21,7 +22,8 @@ class Review:
     arch: str | None = None  # the GPU architecture head was measured on
     machine: str = "MACHINE"
     grids: dict | None = None  # case key -> the grid that measures it ("quick" or "full")
-    vendor: str | None = None  # the platform's vendor implementation, measured beside for its ratio
+    # a case's cache dtype -> the vendor implementation measured beside it for its ratio (Platform.vendor_impl)
+    vendor_of: Callable | None = None
     # workload case key -> decide.schedule.Diagnosis, its plans' balance; None: head's arch is not known
     schedules: dict | None = None
 
@@ -109,6 +111,11 @@ def changed_dependencies(changed, cases, arch) -> dict:
     return found
 
 
+def _vendor(review: Review, key) -> str | None:
+    """The vendor a case's ratio divides by: its cache's (key[6]; FlashInfer for an fp8 cache on Hopper)."""
+    return review.vendor_of(key[6] if len(key) > 6 else None) if review.vendor_of else None
+
+
 def reproduce(verdict, review: Review) -> list:
     """[(command, labels)]: the `mlagate bench` line that measures each failing case at head, then the gate
     line that records what is missing and re-measures the flagged cases interleaved."""
@@ -116,7 +123,8 @@ def reproduce(verdict, review: Review) -> list:
     for cv in (c for c in verdict.cases if c.status in FAILING):
         impl, _, _, dtype, *_ = cv.case
         grid = (review.grids or {}).get(cv.case, "full")
-        impls = [impl] + ([review.vendor] if review.vendor and impl != review.vendor else [])
+        vendor = _vendor(review, cv.case)
+        impls = [impl] + ([vendor] if vendor and impl != vendor else [])
         command = (f"git checkout {verdict.head[:12]} && mlagate bench --grid {grid} "
                    + " ".join(f"--impl {i}" for i in impls) + f" --dtype {dtype}")
         lines.setdefault(command, []).append(cv.label)
@@ -168,5 +176,5 @@ def fields(verdict, review: Review | None) -> dict:
     out["changed_dependencies"] = None if review.changed is None else [
         {"path": path, "cases": len(labels)} for path, labels in deps.items()]
     out["reproduce"] = [{"grid": (review.grids or {}).get(c.case, "full"), "impl": c.case[0], "dtype": c.case[3],
-                         "vendor": review.vendor} for c in failing]
+                         "vendor": _vendor(review, c.case)} for c in failing]
     return out
