@@ -137,10 +137,13 @@ def plan(shape: PagedShape, config: TileConfig, arch: str, sm_count: int | None 
     runs the balanced schedule (balanced_schedule) over one partition per SM and head block; a fixed num_split
     gives every sequence that many splits, capped at the tiles the longest possible sequence has."""
     shape.check()
-    if config.schedule != "pipelined":
-        raise ValueError(f"config {config.name}: the paged kernel has the pipelined schedule only, "
-                         f"not {config.schedule}")
     p = dense.plan(shape.dense(), config, arch, sm_count)
+    if p.config.schedule == "seesaw":  # (a capacity of one tile, or an fp8 cache, runs the pipelined kernel)
+        tile = p.config.block_N // 2
+        if shape.page_size != tile or config.num_split != 0:
+            raise ValueError(f"config {config.name}: the seesaw over pages takes pages of {tile} tokens (one per "
+                             f"warpgroup tile) and the balanced schedule (num_split 0), got pages of "
+                             f"{shape.page_size} and num_split {config.num_split}")
     if config.num_split == 0:  # "fill the device": the balanced schedule, one partition per SM and head block
         sms = sm_count or dense.SM_COUNT.get(arch.split(":")[0], 132)
         return PagedPlan(shape, p.config, 0, p.block_H, p.threads, parts=max(1, sms // (shape.rows // p.block_H)))
@@ -207,8 +210,15 @@ def balanced_schedule(lengths, block_N: int, parts: int, piece_cost: int = PIECE
     return Schedule(tuple(pieces), tuple(part_ranges), seq_pieces)
 
 
+def balanced_piece(Seq_pieces):
+    """The combine's index of partial k of sequence bid on the balanced schedule: its pieces are consecutive."""
+    return lambda bid, hid, k: (Seq_pieces[bid, 0] + k, hid)
+
+
 def program(p: PagedPlan):
-    """The TileLang program for a plan: split + combine, or no-split."""
+    """The TileLang program for a plan: balanced, split + combine, or no-split; the seesaw's own (balanced)."""
+    if p.config.schedule == "seesaw":
+        return dense.schedule_module("seesaw").paged_program(p)
     s, c = p.shape, p.config
     batch, rows, max_pages, page_size, dim, pe_dim = s.batch, s.rows, s.max_pages, s.page_size, s.dim, s.pe_dim
     dtype, accum, index = s.dtype, "float32", "int32"
@@ -242,9 +252,6 @@ def program(p: PagedPlan):
     parts = p.parts
     if parts:  # traced where defined: only the program this plan runs (a split of 0 splits is none)
         num_pieces = T.dynamic("num_pieces")
-
-        def balanced_piece(Seq_pieces):
-            return lambda bid, hid, k: (Seq_pieces[bid, 0] + k, hid)
 
         @T.prim_func
         def main_balanced(

@@ -33,13 +33,16 @@ ROWS = 64  # one wgmma tile of rows per warpgroup: the head block, whatever the 
 K_TILE = 64  # columns per TMA box and per wgmma of the scores: 128 bytes of fp16 or bf16
 
 
-def attend_macro(shape, config, valid: int, finish, *, masked: bool):
+def attend_macro(shape, config, valid: int, finish, *, masked: bool, paged: bool = False):
     """The schedule's macro for a head block of ``valid`` real heads (all 64, or the 16 or 32 of a smaller model
     shard), over ``n_pairs`` pairs of tiles from ``first_token`` on, ending in
     ``finish(acc_o, O_s, col, m, l, writes_lse, out, lse_out, bx, by, bz)``: each warpgroup's normalised output
     half (columns col .. col + half) with the row max m and sum l. ``mlagate ladder`` wraps it (its arguments:
-    mlagate.ladder.rules.SEESAW_ATTEND_ARGS)."""
-    heads, rows, s_q, seqlen, dim, pe_dim = shape.heads, shape.rows, shape.s_q, shape.seqlen, shape.dim, shape.pe_dim
+    mlagate.ladder.rules.SEESAW_ATTEND_ARGS). ``paged``: the macro reads a page pool KV [pages, 64, dim] through
+    Block_table at a runtime ``seqlen`` (one 64-token page per warpgroup tile), as
+    ``attend(Q, Q_pe, KV, K_pe, Block_table, seqlen, bx, by, bz, first_token, n_pairs, out, lse_out)``."""
+    heads, rows, s_q, dim, pe_dim = shape.heads, shape.rows, shape.s_q, shape.dim, shape.pe_dim
+    seqlen = getattr(shape, "seqlen", None)  # a dense cache's; a paged batch's is each sequence's, at run time
     dtype, accum = shape.dtype, "float32"
     tile = config.block_N // 2  # tokens per warpgroup (TileConfig.check: 64, and mla_decode.plan: seqlen > 64)
     half = dim // 2
@@ -48,21 +51,39 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
     neg_inf = -T.infinity(accum)
 
     @T.macro
-    def load_tile(KV, K_pe, bx, start, K_l, K_r, K_pe_s, ready_l, ready_r, ready_pe, left, right, pe):
-        """TMA the chosen parts of tokens start .. start + tile of sequence bx; rows past the cache read 0."""
-        if left:
-            for j in T.unroll(k_tiles):
-                T.tma_copy(KV[bx, start:start + tile, 0, j * K_TILE:(j + 1) * K_TILE],
-                           K_l[:, j * K_TILE:(j + 1) * K_TILE], barrier=ready_l[j])
-                T.barrier_arrive(ready_l[j])
-        if right:
-            for j in T.unroll(k_tiles):
-                T.tma_copy(KV[bx, start:start + tile, 0, half + j * K_TILE:half + (j + 1) * K_TILE],
-                           K_r[:, j * K_TILE:(j + 1) * K_TILE], barrier=ready_r[j])
-                T.barrier_arrive(ready_r[j])
-        if pe:
-            T.tma_copy(K_pe[bx, start:start + tile, 0, :], K_pe_s, barrier=ready_pe)
-            T.barrier_arrive(ready_pe)
+    def load_tile(KV, K_pe, Block_table, seqlen, bx, start, K_l, K_r, K_pe_s, ready_l, ready_r, ready_pe, left, right,
+                  pe):
+        """TMA the chosen parts of tokens start .. start + tile of sequence bx; rows past a dense cache read 0, a
+        paged tile is its page (a tile past the sequence's end re-reads its last page: masked)."""
+        if paged:
+            page = Block_table[bx, T.min(start, seqlen - 1) // tile]
+            if left:
+                for j in T.unroll(k_tiles):
+                    T.tma_copy(KV[page, 0:tile, j * K_TILE:(j + 1) * K_TILE],
+                               K_l[:, j * K_TILE:(j + 1) * K_TILE], barrier=ready_l[j])
+                    T.barrier_arrive(ready_l[j])
+            if right:
+                for j in T.unroll(k_tiles):
+                    T.tma_copy(KV[page, 0:tile, half + j * K_TILE:half + (j + 1) * K_TILE],
+                               K_r[:, j * K_TILE:(j + 1) * K_TILE], barrier=ready_r[j])
+                    T.barrier_arrive(ready_r[j])
+            if pe:
+                T.tma_copy(K_pe[page, 0:tile, :], K_pe_s, barrier=ready_pe)
+                T.barrier_arrive(ready_pe)
+        else:
+            if left:
+                for j in T.unroll(k_tiles):
+                    T.tma_copy(KV[bx, start:start + tile, 0, j * K_TILE:(j + 1) * K_TILE],
+                               K_l[:, j * K_TILE:(j + 1) * K_TILE], barrier=ready_l[j])
+                    T.barrier_arrive(ready_l[j])
+            if right:
+                for j in T.unroll(k_tiles):
+                    T.tma_copy(KV[bx, start:start + tile, 0, half + j * K_TILE:half + (j + 1) * K_TILE],
+                               K_r[:, j * K_TILE:(j + 1) * K_TILE], barrier=ready_r[j])
+                    T.barrier_arrive(ready_r[j])
+            if pe:
+                T.tma_copy(K_pe[bx, start:start + tile, 0, :], K_pe_s, barrier=ready_pe)
+                T.barrier_arrive(ready_pe)
 
     @T.macro
     def scores_half(Q_h, K_h, ready, acc_s, parity, first):
@@ -78,7 +99,7 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
         T.wgmma_gemm(Q_pe_regs, K_pe_s, acc_s, transpose_B=True)
 
     @T.macro
-    def mask_tail(acc_s, start, by):
+    def mask_tail(acc_s, start, by, seqlen):
         """Scores past the cache become MASKED (mla_decode's module docstring says why not -inf); with s_q > 1 every
         tile that holds one of the last s_q positions is masked causally: row i of head block by is token
         (by * valid + i) // heads of the new ones."""
@@ -105,7 +126,7 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
 
 
     @T.macro
-    def attend(Q, Q_pe, KV, K_pe, bx, by, bz, first_token, n_pairs, out, lse_out):
+    def attend_any(Q, Q_pe, KV, K_pe, Block_table, seqlen, bx, by, bz, first_token, n_pairs, out, lse_out):
         """Online softmax over n_pairs pairs of tiles from first_token on."""
         Q_l = T.alloc_shared([ROWS, half], dtype)
         Q_r = T.alloc_shared([ROWS, half], dtype)
@@ -158,14 +179,15 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
             T.copy(Q_pe_s, Q_pe_regs)
             T.fill(acc_o, 0)
             T.fill(l_part, 0)
-            load_tile(KV, K_pe, bx, first_token + 1 * tile, K1_l, K1_r, K1_pe, k1_l_ready, k1_r_ready, k1_pe_ready,
+            load_tile(KV, K_pe, Block_table, seqlen, bx, first_token + 1 * tile, K1_l, K1_r, K1_pe, k1_l_ready,
+                      k1_r_ready, k1_pe_ready,
                       True, True, True)
             scores_half(Q_l, K0_l, k0_l_ready, acc_s, 0, True)
             scores_half(Q_r, K0_r, k0_r_ready, acc_s, 0, False)
             scores_pe(Q_pe_regs, K0_pe, k0_pe_ready, acc_s, 0)
             T.wait_wgmma(0)
             for k in T.serial(n_pairs):
-                mask_tail(acc_s, first_token + (2 * k) * tile, by)
+                mask_tail(acc_s, first_token + (2 * k) * tile, by, seqlen)
                 T.copy(row_max, m_prev)
                 T.copy(m_prev, m_new)
                 T.reduce_max(acc_s, m_new, dim=1, clear=False)
@@ -187,7 +209,7 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
                 # K0_l is wg0's alone, free once P0 V0_l is done; K0_pe is read only by wg0's scores, done before
                 # its softmax
                 if k < n_pairs - 1:
-                    load_tile(KV, K_pe, bx, first_token + (2 * k + 2) * tile, K0_l, K0_r, K0_pe,
+                    load_tile(KV, K_pe, Block_table, seqlen, bx, first_token + (2 * k + 2) * tile, K0_l, K0_r, K0_pe,
                               k0_l_ready, k0_r_ready, k0_pe_ready, True, False, True)
                 for i, j in T.Parallel(ROWS, tile):
                     P_regs[i, j] = acc_s[i, j] * rescale_1[i]
@@ -205,7 +227,7 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
                     scores_half(Q_l, K0_l, k0_l_ready, acc_s, (k + 1) % 2, True)
                     scores_pe(Q_pe_regs, K0_pe, k0_pe_ready, acc_s, (k + 1) % 2)
                     T.wait_wgmma(k_tiles + 1)  # P1 V1_l done; the next scores' first parts may still run
-                    load_tile(KV, K_pe, bx, first_token + (2 * k + 3) * tile, K1_l, K1_r, K1_pe,
+                    load_tile(KV, K_pe, Block_table, seqlen, bx, first_token + (2 * k + 3) * tile, K1_l, K1_r, K1_pe,
                               k1_l_ready, k1_r_ready, k1_pe_ready, True, False, True)
                     scores_half(Q_r, K0_r, k0_r_ready, acc_s, (k + 1) % 2, False)
                 T.wait_wgmma(0)
@@ -229,14 +251,15 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
             T.copy(Q_pe_s, Q_pe_regs)
             T.fill(acc_o, 0)
             T.fill(l_part, 0)
-            load_tile(KV, K_pe, bx, first_token + 0 * tile, K0_l, K0_r, K0_pe, k0_l_ready, k0_r_ready, k0_pe_ready,
+            load_tile(KV, K_pe, Block_table, seqlen, bx, first_token + 0 * tile, K0_l, K0_r, K0_pe, k0_l_ready,
+                      k0_r_ready, k0_pe_ready,
                       True, True, True)
             scores_half(Q_l, K1_l, k1_l_ready, acc_s, 0, True)
             scores_half(Q_r, K1_r, k1_r_ready, acc_s, 0, False)
             scores_pe(Q_pe_regs, K1_pe, k1_pe_ready, acc_s, 0)
             T.wait_wgmma(0)
             for k in T.serial(n_pairs):
-                mask_tail(acc_s, first_token + (2 * k + 1) * tile, by)
+                mask_tail(acc_s, first_token + (2 * k + 1) * tile, by, seqlen)
                 T.barrier_wait(max0_ready, k % 2)
                 T.copy(row_max, m_prev)
                 T.copy(m_prev, m_new)
@@ -261,10 +284,10 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
                 T.wgmma_gemm(P0_s, K0_r, acc_o)
                 if k < n_pairs - 1:
                     T.wait_wgmma(1)  # P1 V1_r done: K1_r is free
-                    load_tile(KV, K_pe, bx, first_token + (2 * k + 3) * tile, K1_l, K1_r, K1_pe,
+                    load_tile(KV, K_pe, Block_table, seqlen, bx, first_token + (2 * k + 3) * tile, K1_l, K1_r, K1_pe,
                               k1_l_ready, k1_r_ready, k1_pe_ready, False, True, False)
                     T.wait_wgmma(0)  # P0 V0_r done: K0_r is free (wg0's scores of K0 finished long ago)
-                    load_tile(KV, K_pe, bx, first_token + (2 * k + 2) * tile, K0_l, K0_r, K0_pe,
+                    load_tile(KV, K_pe, Block_table, seqlen, bx, first_token + (2 * k + 2) * tile, K0_l, K0_r, K0_pe,
                               k0_l_ready, k0_r_ready, k0_pe_ready, False, True, False)
                     # K1_r (loaded here, above) lands before K1_l and K1_pe (by wg0, after its P1 V1_l)
                     scores_half(Q_r, K1_r, k1_r_ready, acc_s, (k + 1) % 2, True)
@@ -278,6 +301,13 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool):
             for i, j in T.Parallel(ROWS, half):
                 acc_o[i, j] /= row_sum[i]
             finish(acc_o, Q_r, half, row_max, row_sum, True, out, lse_out, bx, by, bz)
+
+    if paged:
+        return attend_any
+
+    @T.macro
+    def attend(Q, Q_pe, KV, K_pe, bx, by, bz, first_token, n_pairs, out, lse_out):
+        attend_any(Q, Q_pe, KV, K_pe, KV, seqlen, bx, by, bz, first_token, n_pairs, out, lse_out)  # no block table
 
     return attend
 
@@ -358,3 +388,62 @@ def program(p: mla_decode.Plan):
             attend_no_split(Q, Q_pe, KV, K_pe, bx, by, 0, 0, pairs_here(0), Output, Lse)
 
     return main_split if num_split > 1 else main_no_split
+
+
+def paged_program(p):
+    """The seesaw over a paged cache (mla_decode_paged.PagedPlan of a seesaw config, pages of 64 tokens): the
+    balanced schedule's pieces (mla_decode_paged.balanced_schedule over 128-token pairs), one thread block per
+    (head block, piece), each writing its partial; the shared combine merges each sequence's pieces. One piece per
+    block, not a partition's pieces in turn: the schedule's barriers and parities start once per block."""
+    from mlagate.kernels import mla_decode_paged
+
+    s, c = p.shape, p.config
+    batch, rows, max_pages, page_size, dim, pe_dim = s.batch, s.rows, s.max_pages, s.page_size, s.dim, s.pe_dim
+    dtype, accum, index = s.dtype, "float32", "int32"
+    valid = p.block_H
+    half = dim // 2
+    head_blocks = rows // valid
+    scale = s.scale
+    parts = p.parts
+    num_pages, num_pieces = T.dynamic("num_pages"), T.dynamic("num_pieces")
+
+    @T.macro
+    def finish_piece(acc_o, O_s, col, row_max, row_sum, writes_lse, O_partial, glse, seq, by, piece):
+        for i, j in T.Parallel(ROWS, half):
+            if i < valid:
+                O_partial[piece, by * valid + i, col + j] = acc_o[i, j]
+        if writes_lse:
+            for i in T.Parallel(ROWS):
+                if i < valid:
+                    glse[piece, by * valid + i] = T.log2(row_sum[i]) + row_max[i] * scale
+
+    attend = attend_macro(s, c, valid, finish_piece, masked=True, paged=True)
+
+    @T.prim_func
+    def main_balanced(
+            Q: T.Tensor([batch, rows, dim], dtype),
+            Q_pe: T.Tensor([batch, rows, pe_dim], dtype),
+            KV: T.Tensor([num_pages, page_size, dim], dtype),
+            K_pe: T.Tensor([num_pages, page_size, pe_dim], dtype),
+            Block_table: T.Tensor([batch, max_pages], index),
+            Cache_seqlens: T.Tensor([batch], index),
+            Parts: T.Tensor([parts, 2], index),
+            Pieces: T.Tensor([num_pieces, 3], index),
+            Seq_pieces: T.Tensor([batch, 2], index),
+            glse: T.Tensor([num_pieces, rows], accum),
+            O_partial: T.Tensor([num_pieces, rows, dim], accum),
+            Output: T.Tensor([batch, rows, dim], dtype),
+            Lse: T.Tensor([batch, rows], accum),
+    ):
+        # Head blocks vary fastest: a piece's head blocks run side by side and read its pages once from DRAM.
+        with T.Kernel(head_blocks, num_pieces, threads=256) as (by, piece):
+            seq = Pieces[piece, 0]
+            first_token = Pieces[piece, 1]
+            attend(Q, Q_pe, KV, K_pe, Block_table, Cache_seqlens[seq], seq, by, piece, first_token,
+                   T.ceildiv(Pieces[piece, 2] - first_token, c.block_N), O_partial, glse)
+
+        with T.Kernel(rows, batch, threads=128) as (hid, bid):
+            mla_decode.combine_macro(dim, mla_decode_paged.balanced_piece(Seq_pieces))(
+                glse, O_partial, Output, Lse, bid, hid, Seq_pieces[bid, 1] - Seq_pieces[bid, 0])
+
+    return main_balanced

@@ -36,20 +36,46 @@ def test_the_seesaw_takes_deepseeks_dims_only():
         m.plan(m.Shape(batch=1, seqlen=4096, dim=256), m.SEESAW, "sm_90")
 
 
-def test_the_paged_kernel_does_not_take_the_seesaw():
+def test_the_seesaw_over_pages_takes_64_token_pages_and_the_balanced_schedule_only():
     from mlagate.kernels import mla_decode_paged
 
     paged = mla_decode_paged.PagedShape(batch=2, heads=16, max_pages=4, page_size=64)
-    with pytest.raises(ValueError, match="the paged kernel has the pipelined schedule only"):
-        mla_decode_paged.plan(paged, m.SEESAW, "sm_90")
+    p = mla_decode_paged.plan(paged, m.SEESAW, "sm_90")
+    assert (p.config.schedule, p.parts, p.block_H) == ("seesaw", 132, 16)
+    for shape, tile in ((dataclasses.replace(paged, page_size=1, max_pages=256), m.SEESAW),
+                        (paged, m.SEESAW.with_(num_split=2))):
+        with pytest.raises(ValueError, match="the seesaw over pages takes pages of 64 tokens"):
+            mla_decode_paged.plan(shape, tile, "sm_90")
+    # a capacity of one tile, or an fp8 cache, runs the pipelined kernel (mla_decode.kernel_config), paged too
+    one_tile = dataclasses.replace(paged, max_pages=1)
+    assert mla_decode_paged.plan(one_tile, m.SEESAW, "sm_90").config.schedule == "pipelined"
+    fp8 = dataclasses.replace(paged, dtype="bfloat16", kv_dtype="float8_e4m3fn")
+    assert mla_decode_paged.plan(fp8, m.SEESAW, "sm_90").config.schedule == "pipelined"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("heads, s_q", [(16, 1), (16, 2), (128, 1), (128, 2)])
+def test_the_seesaw_over_pages_lowers_for_sm_90a_with_a_tma_load_per_page(heads, s_q):
+    """One piece per thread block (head blocks fastest), the page read through the block table, the shared combine;
+    and the dense seesaw's own code is unchanged by the paged variant (tests/test_ladder.py lowers it too)."""
+    from mlagate.kernels import mla_decode_paged
+
+    lengths = [1, 131072, 700, 64, 65]
+    shape = mla_decode_paged.PagedShape.holding(lengths, heads, 64, "bfloat16", s_q=s_q)
+    p = mla_decode_paged.plan(shape, m.SEESAW, "sm_90a")
+    source = mla_decode_paged.lowered(p, "sm_90a").kernel_source
+    assert "tma_load" in source and "Block_table" in source and "main_balanced_kernel" in source
+    sched = mla_decode_paged.balanced_schedule(lengths, p.config.block_N, p.parts)
+    assert all(first % 128 == 0 for _, first, _ in sched.pieces)  # pieces start on a pair of pages
 
 
 def test_a_ladder_of_a_gated_seesaw_patches_the_seesaw_file(tmp_path):
     from mlagate.ladder import run as ladder
 
     cfg = config.load()
-    default = ladder.plan(cfg, base_rev="HEAD", out=str(tmp_path / "out"))  # the platform's config and its vendor
-    assert default.impls == ("tilelang-seesaw", "flash_mla") and default.files == ("kernels/mla_decode_seesaw.py",)
+    default = ladder.plan(cfg, base_rev="HEAD", out=str(tmp_path / "out"))  # the platform's config and vendors
+    assert default.impls == ("tilelang-seesaw", "flash_mla", "flashinfer")
+    assert default.files == ("kernels/mla_decode_seesaw.py",)
     gated = dataclasses.replace(cfg, gate=dataclasses.replace(cfg.gate, gated=("tilelang-seesaw",)))
     plan = ladder.plan(gated, base_rev="HEAD", impls="tilelang-seesaw,flash_mla", out=str(tmp_path / "out"))
     assert plan.files == ("kernels/mla_decode_seesaw.py",) and {c.impl for c in plan.cases} == {"tilelang-seesaw"}
