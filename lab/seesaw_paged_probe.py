@@ -70,8 +70,9 @@ def main(argv=None):
                         shape = paged.PagedShape.holding(lengths, heads, 64, dtype, s_q=s_q)
                         points.append((name, w, batch, heads, s_q, dtype, lengths, shape))
     jobs = [(p[-1], seesaw_paged_config(p[-1].at_mean_length(p[-2]), arch), tuple(p[-2])) for p in points]
-    edges = [(paged.PagedShape.holding(lengths, h, 64, "bfloat16", s_q=q), lengths, name)
-             for name, lengths in edge_batches() for h in heads_list for q in s_qs]
+    # a sequence holds at least its s_q new tokens (the first one's causal row sees one position)
+    edges = [(paged.PagedShape.holding([max(n, q) for n in lengths], h, 64, "bfloat16", s_q=q),
+              [max(n, q) for n in lengths], name) for name, lengths in edge_batches() for h in heads_list for q in s_qs]
     jobs += [(s, seesaw_paged_config(s.at_mean_length(lengths), arch), tuple(lengths)) for s, lengths, _ in edges]
     failed = precompile(jobs, args.jobs, echo=lambda line: None)
     print(f"compiled {len(jobs) - len(failed)} of {len(jobs)} seesaw-paged kernels", flush=True)

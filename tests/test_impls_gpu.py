@@ -86,7 +86,6 @@ def test_flashinfers_e4m3_path_matches_the_reference_of_the_dequantized_cache(he
     harness's rtol = atol = 0.01."""
     from mlagate.kernels import mla_decode
     from mlagate.measure.harness import check_output
-    from mlagate.measure.layouts import dequantized
 
     device = environment.device()
     gen = torch.Generator(device=device).manual_seed(0)
@@ -99,7 +98,6 @@ def test_flashinfers_e4m3_path_matches_the_reference_of_the_dequantized_cache(he
         launch = impls.prepare("flashinfer", (q, q_pe, kv, k_pe, scale), device)
     except impls.Unavailable as e:
         pytest.skip(str(e))
-    expected, _ = mla_decode.reference(q, q_pe, dequantized(kv, scale), dequantized(k_pe, scale),
-                                       compute_dtype=torch.float64)
+    expected, _ = mla_decode.reference(q, q_pe, kv, k_pe, kv_scale=scale, compute_dtype=torch.float64)
     error = check_output(launch(), expected.float())  # raises WrongResult when off, naming the error
     print(f"flashinfer e4m3 h={heads} s_q={s_q}: max abs error {error['max_abs']:.3g}")
