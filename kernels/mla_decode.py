@@ -465,7 +465,8 @@ schedule_modules = {}
 
 def paged_config(config: TileConfig, family_config) -> TileConfig:
     """The config a paged batch runs, given ``config``, the one the dense kernel runs at the batch's mean length:
-    the paged kernel has the pipelined schedule only, so for the seesaw it is the hopper family's, as
+    the pipelined paged kernel (the seesaw over pages, mla_decode_seesaw.paged_program, is slower on the workloads:
+    docs/kernels.md), so for the seesaw it is the hopper family's, as
     ``family_config(name)`` gives it for the shape (its tuned table's entry, else its default); and it deals a
     ragged batch's work evenly over the SMs (mla_decode_paged.balanced_schedule, num_split 0) where the dense
     kernel's split count would give a long sequence as many splits as a short one."""

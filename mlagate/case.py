@@ -17,7 +17,7 @@ DENSE = "dense"  # the grid's own workload: one KV tensor, every sequence at seq
 TILELANG_PREFIX = "tilelang-"
 CANDIDATE_MARK = "@"
 WORKLOAD_TAG_MARK = "@"  # between a workload's name and its definition's digest in a case key (Workload.tag)
-# The paged kernel has the pipelined schedule only: a family of another schedule runs its workload cases with
+# Workload cases run the pipelined paged kernel (the seesaw over pages is slower there): a seesaw family runs them with
 # this family's config (kernels/mla_decode.py paged_config; tests/test_workloads.py holds the two together).
 PAGED_KERNEL_OF = {"tilelang-seesaw": "tilelang-hopper"}
 # Nor has it an fp8 cache: its fp8 cases run this family's kernel (mla_decode.kernel_config).

@@ -91,7 +91,7 @@ def case_files(key: tuple, arch: str | None) -> set:
     paged = workload != "dense"
     family = impl.removeprefix(TILELANG_PREFIX)
     schedule = mla_decode.CONFIGS[family].schedule if family in mla_decode.CONFIGS else None
-    if paged:  # the paged kernel has the pipelined schedule only (mla_decode.paged_config)
+    if paged:  # workload cases run the pipelined paged kernel (mla_decode.paged_config)
         files |= module_files("mla_decode_paged", "tuned")
     else:
         files |= module_files("mla_decode", "tuned")
