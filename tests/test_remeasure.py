@@ -235,3 +235,38 @@ def test_a_case_whose_samples_cannot_show_the_threshold_is_under_powered_not_a_s
     ok = decide.evaluate(results("b" * 40, tight), results("h" * 40, tight), make_cfg(), "cuda").cases[0]
     assert ok.detectable < THRESHOLD and Kind.UNDER_POWERED not in [w.kind for w in ok.warnings]
     assert "| detectable |" in gate_markdown(decide.Verdict(Outcome.PASS, [cv]))
+
+
+def test_the_detectable_change_needs_two_samples_on_each_side_and_no_more():
+    two, one = (1.0, 1.02), (1.0,)
+    assert stats.detectable_change(two, two, 0.01) is not None
+    assert stats.detectable_change(one, two, 0.01) is None and stats.detectable_change(two, one, 0.01) is None
+
+
+def test_the_interval_decides_at_its_bounds_exactly(monkeypatch):
+    """classify's boundaries: a low bound exactly at the threshold is a regression, a high bound exactly at it is no
+    pass; the interval is the gate's 99% one, taken only where both sides have samples."""
+    seen = []
+
+    def interval(base, head, confidence=0.99):
+        seen.append(confidence)
+        return bounds[0]
+
+    monkeypatch.setattr(remeasure, "change_interval", interval)
+    for bounds, step in ([(THRESHOLD, 0.5)], Step.REGRESSION), ([(0.0, THRESHOLD)], Step.UNSURE), \
+            ([(0.0, THRESHOLD * 0.999)], Step.PASS):
+        assert remeasure.classify((1.0,) * 3, (1.0,) * 3, THRESHOLD)[0] is step
+    assert seen == [0.99] * 3
+    remeasure.classify((1.0,) * 3, (1.0,) * 3, THRESHOLD, confidence=0.95)  # the caller's confidence, passed on
+    assert seen[-1] == 0.95
+    assert remeasure.classify((), (1.0,) * 3, THRESHOLD) == (Step.UNSURE, None) and len(seen) == 4
+
+
+def test_the_stop_rule_holds_a_clear_case_to_min_rounds():
+    """A case clear after one round still runs gate.confirm.min_rounds rounds before the stop rule lets it go."""
+    rule = make_cfg(min_rounds=4, max_rounds=30, budget_s=1000).gate.confirm
+    enough = remeasure.stop_rule(rule, {HOP: THRESHOLD})(type("C", (), {"key": HOP})())
+    slow = tuple(1e-4 * (1.2 + 1e-4 * i) for i in range(50))
+    fast = tuple(1e-4 * (1 + 1e-4 * i) for i in range(50))
+    assert not enough({"base": [fast] * 3, "head": [slow] * 3}, 0.0)
+    assert enough({"base": [fast] * 4, "head": [slow] * 4}, 0.0)
