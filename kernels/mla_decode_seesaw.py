@@ -427,7 +427,7 @@ def paged_program(p):
             K_pe: T.Tensor([num_pages, page_size, pe_dim], dtype),
             Block_table: T.Tensor([batch, max_pages], index),
             Cache_seqlens: T.Tensor([batch], index),
-            Parts: T.Tensor([parts, 2], index),
+            Parts: T.Tensor([parts, 2], index),  # unread: the launch arguments are the pipelined balanced kernel's
             Pieces: T.Tensor([num_pieces, 3], index),
             Seq_pieces: T.Tensor([batch, 2], index),
             glse: T.Tensor([num_pieces, rows], accum),
