@@ -393,8 +393,9 @@ def program(p: mla_decode.Plan):
 def paged_program(p):
     """The seesaw over a paged cache (mla_decode_paged.PagedPlan of a seesaw config, pages of 64 tokens): the
     balanced schedule's pieces (mla_decode_paged.balanced_schedule over 128-token pairs), one thread block per
-    (head block, piece), each writing its partial; the shared combine merges each sequence's pieces. One piece per
-    block, not a partition's pieces in turn: the schedule's barriers and parities start once per block."""
+    (head block, piece), launched longest piece first, each writing its partial; the shared combine merges each
+    sequence's pieces. One piece per block, not a partition's pieces in turn: the schedule's barriers and parities
+    start once per block."""
     from mlagate.kernels import mla_decode_paged
 
     s, c = p.shape, p.config
@@ -404,7 +405,6 @@ def paged_program(p):
     half = dim // 2
     head_blocks = rows // valid
     scale = s.scale
-    parts = p.parts
     num_pages, num_pieces = T.dynamic("num_pages"), T.dynamic("num_pieces")
 
     @T.macro
@@ -427,7 +427,7 @@ def paged_program(p):
             K_pe: T.Tensor([num_pages, page_size, pe_dim], dtype),
             Block_table: T.Tensor([batch, max_pages], index),
             Cache_seqlens: T.Tensor([batch], index),
-            Parts: T.Tensor([parts, 2], index),  # unread: the launch arguments are the pipelined balanced kernel's
+            Order: T.Tensor([num_pieces], index),  # block i runs piece Order[i] (mla_decode_paged.longest_first)
             Pieces: T.Tensor([num_pieces, 3], index),
             Seq_pieces: T.Tensor([batch, 2], index),
             glse: T.Tensor([num_pieces, rows], accum),
@@ -436,7 +436,8 @@ def paged_program(p):
             Lse: T.Tensor([batch, rows], accum),
     ):
         # Head blocks vary fastest: a piece's head blocks run side by side and read its pages once from DRAM.
-        with T.Kernel(head_blocks, num_pieces, threads=256) as (by, piece):
+        with T.Kernel(head_blocks, num_pieces, threads=256) as (by, bz):
+            piece = Order[bz]
             seq = Pieces[piece, 0]
             first_token = Pieces[piece, 1]
             attend(Q, Q_pe, KV, K_pe, Block_table, Cache_seqlens[seq], seq, by, piece, first_token,
