@@ -50,40 +50,30 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool, paged: bool
     scale = shape.scale
     neg_inf = -T.infinity(accum)
 
+    def box(Cache, at, lo, hi):
+        """Columns lo .. hi of a tile's tokens: a dense cache's rows from ``at`` = (sequence, first token), a page
+        pool's page ``at`` (rows past a dense cache read 0)."""
+        return Cache[at, 0:tile, lo:hi] if paged else Cache[at[0], at[1]:at[1] + tile, 0, lo:hi]
+
     @T.macro
     def load_tile(KV, K_pe, Block_table, seqlen, bx, start, K_l, K_r, K_pe_s, ready_l, ready_r, ready_pe, left, right,
                   pe):
-        """TMA the chosen parts of tokens start .. start + tile of sequence bx; rows past a dense cache read 0, a
-        paged tile is its page (a tile past the sequence's end re-reads its last page: masked)."""
-        if paged:
-            page = Block_table[bx, T.min(start, seqlen - 1) // tile]
-            if left:
-                for j in T.unroll(k_tiles):
-                    T.tma_copy(KV[page, 0:tile, j * K_TILE:(j + 1) * K_TILE],
-                               K_l[:, j * K_TILE:(j + 1) * K_TILE], barrier=ready_l[j])
-                    T.barrier_arrive(ready_l[j])
-            if right:
-                for j in T.unroll(k_tiles):
-                    T.tma_copy(KV[page, 0:tile, half + j * K_TILE:half + (j + 1) * K_TILE],
-                               K_r[:, j * K_TILE:(j + 1) * K_TILE], barrier=ready_r[j])
-                    T.barrier_arrive(ready_r[j])
-            if pe:
-                T.tma_copy(K_pe[page, 0:tile, :], K_pe_s, barrier=ready_pe)
-                T.barrier_arrive(ready_pe)
-        else:
-            if left:
-                for j in T.unroll(k_tiles):
-                    T.tma_copy(KV[bx, start:start + tile, 0, j * K_TILE:(j + 1) * K_TILE],
-                               K_l[:, j * K_TILE:(j + 1) * K_TILE], barrier=ready_l[j])
-                    T.barrier_arrive(ready_l[j])
-            if right:
-                for j in T.unroll(k_tiles):
-                    T.tma_copy(KV[bx, start:start + tile, 0, half + j * K_TILE:half + (j + 1) * K_TILE],
-                               K_r[:, j * K_TILE:(j + 1) * K_TILE], barrier=ready_r[j])
-                    T.barrier_arrive(ready_r[j])
-            if pe:
-                T.tma_copy(K_pe[bx, start:start + tile, 0, :], K_pe_s, barrier=ready_pe)
-                T.barrier_arrive(ready_pe)
+        """TMA the chosen parts of tokens start .. start + tile of sequence bx; a paged tile is its page, read once
+        from the block table (a tile past the sequence's end re-reads its last page: masked)."""
+        at = Block_table[bx, T.min(start, seqlen - 1) // tile] if paged else (bx, start)
+        if left:
+            for j in T.unroll(k_tiles):
+                T.tma_copy(box(KV, at, j * K_TILE, (j + 1) * K_TILE), K_l[:, j * K_TILE:(j + 1) * K_TILE],
+                           barrier=ready_l[j])
+                T.barrier_arrive(ready_l[j])
+        if right:
+            for j in T.unroll(k_tiles):
+                T.tma_copy(box(KV, at, half + j * K_TILE, half + (j + 1) * K_TILE), K_r[:, j * K_TILE:(j + 1) * K_TILE],
+                           barrier=ready_r[j])
+                T.barrier_arrive(ready_r[j])
+        if pe:
+            T.tma_copy(box(K_pe, at, 0, pe_dim), K_pe_s, barrier=ready_pe)
+            T.barrier_arrive(ready_pe)
 
     @T.macro
     def scores_half(Q_h, K_h, ready, acc_s, parity, first):
