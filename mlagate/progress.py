@@ -115,8 +115,7 @@ def spending(spent: dict | None, phase: str):
     try:
         yield
     finally:
-        if spent is not None:
-            spent[phase] = spent.get(phase, 0.0) + time.monotonic() - start
+        add_spent(spent, {phase: time.monotonic() - start})
 
 
 def add_spent(spent: dict | None, phases: dict | None) -> None:

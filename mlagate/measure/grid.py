@@ -172,7 +172,7 @@ def run_cases(cases, timing: Timing, *, budgets=None, deadline=None, gpus=None, 
     case, in order. A case of another budget than "record" not started by ``deadline`` (epoch
     seconds) is skipped, saying so. ``compiled``: the folder of a compile running alongside
     (precompile.ahead), whose kernel a TileLang case waits for. ``spent``: a dict the workers' wall
-    seconds per phase are added to (summary.time_spent says them)."""
+    seconds per phase are added to (progress.time_spent says them)."""
     results, lock = {}, threading.Lock()
     budgets = list(budgets or ["record"] * len(cases))
     if not gpus:
