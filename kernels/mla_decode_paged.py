@@ -210,14 +210,6 @@ def balanced_schedule(lengths, block_N: int, parts: int, piece_cost: int = PIECE
     return Schedule(tuple(pieces), tuple(part_ranges), seq_pieces)
 
 
-def longest_first(sched: Schedule) -> tuple:
-    """The seesaw over pages' launch order of ``sched``'s pieces: longest first (ties in request order). Its blocks
-    run one piece each and the GPU starts them in order as SMs free up, so longest first is the LPT rule; in request
-    order a split sequence's tail pieces start last (a replay of perf.yml's workloads on a model of the GPU's block
-    dealing; not yet measured on one)."""
-    return tuple(sorted(range(len(sched.pieces)), key=lambda i: sched.pieces[i][1] - sched.pieces[i][2]))
-
-
 def balanced_piece(Seq_pieces):
     """The combine's index of partial k of sequence bid on the balanced schedule: its pieces are consecutive."""
     return lambda bid, hid, k: (Seq_pieces[bid, 0] + k, hid)
@@ -399,15 +391,13 @@ class CompiledPagedDecode(dense.CompiledProgram):
         return balanced_schedule(lengths, self.plan.config.block_N, self.plan.parts)
 
     def batch(self, sched: Schedule, device) -> tuple:
-        """``sched`` as the kernel reads it (Parts, or the seesaw's launch Order; Pieces, Seq_pieces; int32) with its
-        workspace (glse, O_partial, float32)."""
+        """``sched`` as the kernel reads it (Parts, Pieces, Seq_pieces; int32) with its workspace (glse, O_partial,
+        float32)."""
         import torch
 
         rows, dim = self.plan.shape.rows, self.plan.shape.dim
         i32 = dict(dtype=torch.int32, device=device)
-        # the pipelined kernel walks each partition; the seesaw runs a piece per block, in this order
-        order = longest_first(sched) if self.plan.config.schedule == "seesaw" else sched.parts
-        return (torch.tensor(order, **i32), torch.tensor(sched.pieces, **i32),
+        return (torch.tensor(sched.parts, **i32), torch.tensor(sched.pieces, **i32),
                 torch.tensor(sched.seq_pieces, **i32),
                 torch.empty(len(sched.pieces), rows, device=device, dtype=torch.float32),
                 torch.empty(len(sched.pieces), rows, dim, device=device, dtype=torch.float32))

@@ -39,8 +39,10 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool, paged: bool
     ``finish(acc_o, O_s, col, m, l, writes_lse, out, lse_out, bx, by, bz)``: each warpgroup's normalised output
     half (columns col .. col + half) with the row max m and sum l. ``mlagate ladder`` wraps it (its arguments:
     mlagate.ladder.rules.SEESAW_ATTEND_ARGS). ``paged``: the macro reads a page pool KV [pages, 64, dim] through
-    Block_table at a runtime ``seqlen`` (one 64-token page per warpgroup tile), as
-    ``attend(Q, Q_pe, KV, K_pe, Block_table, seqlen, bx, by, bz, first_token, n_pairs, out, lse_out)``."""
+    Block_table (one 64-token page per warpgroup tile) for each piece of partition bz in turn (Parts, Pieces:
+    mla_decode_paged.Schedule), at each sequence's runtime length, as ``attend(Q, Q_pe, KV, K_pe, Block_table,
+    Cache_seqlens, Parts, Pieces, 0, by, bz, 0, 0, out, lse_out)``, ending each piece in ``finish(..., seq, by,
+    piece)``."""
     heads, rows, s_q, dim, pe_dim = shape.heads, shape.rows, shape.s_q, shape.dim, shape.pe_dim
     seqlen = getattr(shape, "seqlen", None)  # a dense cache's; a paged batch's is each sequence's, at run time
     dtype, accum = shape.dtype, "float32"
@@ -55,12 +57,14 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool, paged: bool
         pool's page ``at`` (rows past a dense cache read 0)."""
         return Cache[at, 0:tile, lo:hi] if paged else Cache[at[0], at[1]:at[1] + tile, 0, lo:hi]
 
+    def tile_at(Block_table, seqlen, bx, start):
+        """Where tokens start .. start + tile of sequence bx lie: a dense cache's (sequence, first token), or a page
+        of the pool, read from the block table (a tile past the sequence's end is its last page: masked)."""
+        return Block_table[bx, T.min(start, seqlen - 1) // tile] if paged else (bx, start)
+
     @T.macro
-    def load_tile(KV, K_pe, Block_table, seqlen, bx, start, K_l, K_r, K_pe_s, ready_l, ready_r, ready_pe, left, right,
-                  pe):
-        """TMA the chosen parts of tokens start .. start + tile of sequence bx; a paged tile is its page, read once
-        from the block table (a tile past the sequence's end re-reads its last page: masked)."""
-        at = Block_table[bx, T.min(start, seqlen - 1) // tile] if paged else (bx, start)
+    def load_tile(KV, K_pe, at, K_l, K_r, K_pe_s, ready_l, ready_r, ready_pe, left, right, pe):
+        """TMA the chosen parts of the tile ``at`` (tile_at)."""
         if left:
             for j in T.unroll(k_tiles):
                 T.tma_copy(box(KV, at, j * K_TILE, (j + 1) * K_TILE), K_l[:, j * K_TILE:(j + 1) * K_TILE],
@@ -115,9 +119,15 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool, paged: bool
             Q_pe_s[i, j] = T.if_then_else(i < valid, Q_pe[bx, T.min(h0 + i, rows - 1), j], 0)
 
 
+    def pieces_of(Parts, bz):
+        """A partition's pieces one after another over pages; a dense cache's one piece, unrolled at trace time."""
+        return T.serial(Parts[bz, 1] - Parts[bz, 0]) if paged else (0,)
+
     @T.macro
-    def attend_any(Q, Q_pe, KV, K_pe, Block_table, seqlen, bx, by, bz, first_token, n_pairs, out, lse_out):
-        """Online softmax over n_pairs pairs of tiles from first_token on."""
+    def attend_any(Q, Q_pe, KV, K_pe, Block_table, Cache_seqlens, Parts, Pieces, bx, by, bz, first_token, n_pairs,
+                   out, lse_out):
+        """Online softmax over n_pairs pairs of tiles from first_token on; over pages, over each piece of partition
+        bz in turn (bx, first_token and n_pairs are the piece's)."""
         Q_l = T.alloc_shared([ROWS, half], dtype)
         Q_r = T.alloc_shared([ROWS, half], dtype)
         Q_pe_s = T.alloc_shared([ROWS, pe_dim], dtype)
@@ -149,155 +159,175 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool, paged: bool
         sum_ready = T.alloc_barrier(arrive_count=128)
 
         tx = T.get_thread_binding()
-        load_q(Q, Q_pe, bx, by, Q_l, Q_r, Q_pe_s)
-        T.fill(row_max, neg_inf)
-        T.fence_proxy_async()  # generic-proxy stores of Q, read next by wgmma (the async proxy)
-        T.barrier_arrive(q_ready)
-        T.barrier_wait(q_ready, 0)
+        seqlen = Cache_seqlens
+        seq, piece = bx, bz
+        pairs_before = 0  # pairs of the block's earlier pieces: a pair-paced barrier's parity goes on from there
+        if paged:
+            pairs_done = T.alloc_var("int32", init=0)
+        for w in pieces_of(Parts, bz):
+            if paged:
+                piece = Parts[bz, 0] + w
+                seq = Pieces[piece, 0]
+                first_token = Pieces[piece, 1]
+                n_pairs = T.ceildiv(Pieces[piece, 2] - first_token, 2 * tile)
+                seqlen = Cache_seqlens[seq]
+                pairs_before = pairs_done
+            load_q(Q, Q_pe, seq, by, Q_l, Q_r, Q_pe_s)
+            T.fill(row_max, neg_inf)
+            T.fence_proxy_async()  # generic-proxy stores of Q, read next by wgmma (the async proxy)
+            T.barrier_arrive(q_ready)
+            T.barrier_wait(q_ready, w % 2)
 
-        if tx < 128:
-            # Each warpgroup's own fragments: one fragment laid out over both would give each
-            # warpgroup's branch only its half of the threads.
-            Q_pe_regs = T.alloc_fragment([ROWS, pe_dim], dtype)
-            acc_s = T.alloc_fragment([ROWS, tile], accum)
-            P_regs = T.alloc_fragment([ROWS, tile], dtype)
-            acc_o = T.alloc_fragment([ROWS, half], accum)
-            m_prev = T.alloc_fragment([ROWS], accum)
-            m_new = T.alloc_fragment([ROWS], accum)
-            tile_sum = T.alloc_fragment([ROWS], accum)
-            l_part = T.alloc_fragment([ROWS], accum)
-            T.copy(Q_pe_s, Q_pe_regs)
-            T.fill(acc_o, 0)
-            T.fill(l_part, 0)
-            load_tile(KV, K_pe, Block_table, seqlen, bx, first_token + 1 * tile, K1_l, K1_r, K1_pe, k1_l_ready,
-                      k1_r_ready, k1_pe_ready,
-                      True, True, True)
-            scores_half(Q_l, K0_l, k0_l_ready, acc_s, 0, True)
-            scores_half(Q_r, K0_r, k0_r_ready, acc_s, 0, False)
-            scores_pe(Q_pe_regs, K0_pe, k0_pe_ready, acc_s, 0)
-            T.wait_wgmma(0)
-            for k in T.serial(n_pairs):
-                mask_tail(acc_s, first_token + (2 * k) * tile, by, seqlen)
-                T.copy(row_max, m_prev)
-                T.copy(m_prev, m_new)
-                T.reduce_max(acc_s, m_new, dim=1, clear=False)
-                T.copy(m_new, row_max)
-                for i, j in T.Parallel(ROWS, tile):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m_new[i] * scale)
-                for i in T.Parallel(ROWS):
-                    rescale_0[i] = T.exp2(m_prev[i] * scale - m_new[i] * scale)
-                T.reduce_sum(acc_s, tile_sum, dim=1)
-                T.copy(acc_s, P_regs)
-                for i, j in T.Parallel(ROWS, half):
-                    acc_o[i, j] *= rescale_0[i]
-                for i in T.Parallel(ROWS):
-                    l_part[i] = l_part[i] * rescale_0[i] + tile_sum[i]
-                T.barrier_arrive(max0_ready)
-                T.wgmma_gemm(P_regs, K0_l, acc_o)
+            if tx < 128:
+                # Each warpgroup's own fragments: one fragment laid out over both would give each
+                # warpgroup's branch only its half of the threads.
+                Q_pe_regs = T.alloc_fragment([ROWS, pe_dim], dtype)
+                acc_s = T.alloc_fragment([ROWS, tile], accum)
+                P_regs = T.alloc_fragment([ROWS, tile], dtype)
+                acc_o = T.alloc_fragment([ROWS, half], accum)
+                m_prev = T.alloc_fragment([ROWS], accum)
+                m_new = T.alloc_fragment([ROWS], accum)
+                tile_sum = T.alloc_fragment([ROWS], accum)
+                l_part = T.alloc_fragment([ROWS], accum)
+                T.copy(Q_pe_s, Q_pe_regs)
+                T.fill(acc_o, 0)
+                T.fill(l_part, 0)
+                load_tile(KV, K_pe, tile_at(Block_table, seqlen, seq, first_token + 1 * tile), K1_l, K1_r, K1_pe,
+                          k1_l_ready, k1_r_ready, k1_pe_ready, True, True, True)
+                scores_half(Q_l, K0_l, k0_l_ready, acc_s, pairs_before % 2, True)
+                scores_half(Q_r, K0_r, k0_r_ready, acc_s, pairs_before % 2, False)
+                scores_pe(Q_pe_regs, K0_pe, k0_pe_ready, acc_s, pairs_before % 2)
                 T.wait_wgmma(0)
-                T.barrier_wait(max1_ready, k % 2)
-                # K0_l is wg0's alone, free once P0 V0_l is done; K0_pe is read only by wg0's scores, done before
-                # its softmax
-                if k < n_pairs - 1:
-                    load_tile(KV, K_pe, Block_table, seqlen, bx, first_token + (2 * k + 2) * tile, K0_l, K0_r, K0_pe,
-                              k0_l_ready, k0_r_ready, k0_pe_ready, True, False, True)
-                for i, j in T.Parallel(ROWS, tile):
-                    P_regs[i, j] = acc_s[i, j] * rescale_1[i]
-                T.copy(P_regs, P0_s)
-                T.fence_proxy_async()  # wg1's wgmma reads P0_s
-                T.barrier_arrive(p0_ready)
+                for k in T.serial(n_pairs):
+                    # the next pair's pages, read while this pair's softmax runs (at its TMA issue, the read's
+                    # latency would hold up the warpgroup)
+                    at_even = tile_at(Block_table, seqlen, seq, first_token + (2 * k + 2) * tile)
+                    at_odd = tile_at(Block_table, seqlen, seq, first_token + (2 * k + 3) * tile)
+                    mask_tail(acc_s, first_token + (2 * k) * tile, by, seqlen)
+                    T.copy(row_max, m_prev)
+                    T.copy(m_prev, m_new)
+                    T.reduce_max(acc_s, m_new, dim=1, clear=False)
+                    T.copy(m_new, row_max)
+                    for i, j in T.Parallel(ROWS, tile):
+                        acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m_new[i] * scale)
+                    for i in T.Parallel(ROWS):
+                        rescale_0[i] = T.exp2(m_prev[i] * scale - m_new[i] * scale)
+                    T.reduce_sum(acc_s, tile_sum, dim=1)
+                    T.copy(acc_s, P_regs)
+                    for i, j in T.Parallel(ROWS, half):
+                        acc_o[i, j] *= rescale_0[i]
+                    for i in T.Parallel(ROWS):
+                        l_part[i] = l_part[i] * rescale_0[i] + tile_sum[i]
+                    T.barrier_arrive(max0_ready)
+                    T.wgmma_gemm(P_regs, K0_l, acc_o)
+                    T.wait_wgmma(0)
+                    T.barrier_wait(max1_ready, (pairs_before + k) % 2)
+                    # K0_l is wg0's alone, free once P0 V0_l is done; K0_pe is read only by wg0's scores, done before
+                    # its softmax
+                    if k < n_pairs - 1:
+                        load_tile(KV, K_pe, at_even, K0_l, K0_r, K0_pe,
+                                  k0_l_ready, k0_r_ready, k0_pe_ready, True, False, True)
+                    for i, j in T.Parallel(ROWS, tile):
+                        P_regs[i, j] = acc_s[i, j] * rescale_1[i]
+                    T.copy(P_regs, P0_s)
+                    T.fence_proxy_async()  # wg1's wgmma reads P0_s
+                    T.barrier_arrive(p0_ready)
+                    for i, j in T.Parallel(ROWS, half):
+                        acc_o[i, j] *= rescale_1[i]
+                    for i in T.Parallel(ROWS):
+                        l_part[i] = l_part[i] * rescale_1[i]
+                    T.barrier_wait(p1_ready, (pairs_before + k) % 2)
+                    T.wgmma_gemm(P1_s, K1_l, acc_o)
+                    if k < n_pairs - 1:
+                        # the next scores in the order their tiles land: K0_l and K0_pe (loaded here), K0_r (by wg1)
+                        scores_half(Q_l, K0_l, k0_l_ready, acc_s, (pairs_before + k + 1) % 2, True)
+                        scores_pe(Q_pe_regs, K0_pe, k0_pe_ready, acc_s, (pairs_before + k + 1) % 2)
+                        T.wait_wgmma(k_tiles + 1)  # P1 V1_l done; the next scores' first parts may still run
+                        load_tile(KV, K_pe, at_odd, K1_l, K1_r, K1_pe,
+                                  k1_l_ready, k1_r_ready, k1_pe_ready, True, False, True)
+                        scores_half(Q_r, K0_r, k0_r_ready, acc_s, (pairs_before + k + 1) % 2, False)
+                    T.wait_wgmma(0)
+                T.copy(l_part, row_sum)
+                T.barrier_arrive(sum0_ready)
+                T.barrier_wait(sum_ready, w % 2)
                 for i, j in T.Parallel(ROWS, half):
-                    acc_o[i, j] *= rescale_1[i]
-                for i in T.Parallel(ROWS):
-                    l_part[i] = l_part[i] * rescale_1[i]
-                T.barrier_wait(p1_ready, k % 2)
-                T.wgmma_gemm(P1_s, K1_l, acc_o)
-                if k < n_pairs - 1:
-                    # the next scores in the order their tiles land: K0_l and K0_pe (loaded here), then K0_r (by wg1)
-                    scores_half(Q_l, K0_l, k0_l_ready, acc_s, (k + 1) % 2, True)
-                    scores_pe(Q_pe_regs, K0_pe, k0_pe_ready, acc_s, (k + 1) % 2)
-                    T.wait_wgmma(k_tiles + 1)  # P1 V1_l done; the next scores' first parts may still run
-                    load_tile(KV, K_pe, Block_table, seqlen, bx, first_token + (2 * k + 3) * tile, K1_l, K1_r, K1_pe,
-                              k1_l_ready, k1_r_ready, k1_pe_ready, True, False, True)
-                    scores_half(Q_r, K0_r, k0_r_ready, acc_s, (k + 1) % 2, False)
+                    acc_o[i, j] /= row_sum[i]
+                finish(acc_o, Q_l, 0, row_max, row_sum, False, out, lse_out, seq, by, piece)
+            else:
+                # Each warpgroup's own fragments: one fragment laid out over both would give each
+                # warpgroup's branch only its half of the threads.
+                Q_pe_regs = T.alloc_fragment([ROWS, pe_dim], dtype)
+                acc_s = T.alloc_fragment([ROWS, tile], accum)
+                P_regs = T.alloc_fragment([ROWS, tile], dtype)
+                acc_o = T.alloc_fragment([ROWS, half], accum)
+                m_prev = T.alloc_fragment([ROWS], accum)
+                m_new = T.alloc_fragment([ROWS], accum)
+                tile_sum = T.alloc_fragment([ROWS], accum)
+                l_part = T.alloc_fragment([ROWS], accum)
+                T.copy(Q_pe_s, Q_pe_regs)
+                T.fill(acc_o, 0)
+                T.fill(l_part, 0)
+                load_tile(KV, K_pe, tile_at(Block_table, seqlen, seq, first_token + 0 * tile), K0_l, K0_r, K0_pe,
+                          k0_l_ready, k0_r_ready, k0_pe_ready, True, True, True)
+                scores_half(Q_l, K1_l, k1_l_ready, acc_s, pairs_before % 2, True)
+                scores_half(Q_r, K1_r, k1_r_ready, acc_s, pairs_before % 2, False)
+                scores_pe(Q_pe_regs, K1_pe, k1_pe_ready, acc_s, pairs_before % 2)
                 T.wait_wgmma(0)
-            T.copy(l_part, row_sum)
-            T.barrier_arrive(sum0_ready)
-            T.barrier_wait(sum_ready, 0)
-            for i, j in T.Parallel(ROWS, half):
-                acc_o[i, j] /= row_sum[i]
-            finish(acc_o, Q_l, 0, row_max, row_sum, False, out, lse_out, bx, by, bz)
-        else:
-            # Each warpgroup's own fragments: one fragment laid out over both would give each
-            # warpgroup's branch only its half of the threads.
-            Q_pe_regs = T.alloc_fragment([ROWS, pe_dim], dtype)
-            acc_s = T.alloc_fragment([ROWS, tile], accum)
-            P_regs = T.alloc_fragment([ROWS, tile], dtype)
-            acc_o = T.alloc_fragment([ROWS, half], accum)
-            m_prev = T.alloc_fragment([ROWS], accum)
-            m_new = T.alloc_fragment([ROWS], accum)
-            tile_sum = T.alloc_fragment([ROWS], accum)
-            l_part = T.alloc_fragment([ROWS], accum)
-            T.copy(Q_pe_s, Q_pe_regs)
-            T.fill(acc_o, 0)
-            T.fill(l_part, 0)
-            load_tile(KV, K_pe, Block_table, seqlen, bx, first_token + 0 * tile, K0_l, K0_r, K0_pe, k0_l_ready,
-                      k0_r_ready, k0_pe_ready,
-                      True, True, True)
-            scores_half(Q_l, K1_l, k1_l_ready, acc_s, 0, True)
-            scores_half(Q_r, K1_r, k1_r_ready, acc_s, 0, False)
-            scores_pe(Q_pe_regs, K1_pe, k1_pe_ready, acc_s, 0)
-            T.wait_wgmma(0)
-            for k in T.serial(n_pairs):
-                mask_tail(acc_s, first_token + (2 * k + 1) * tile, by, seqlen)
-                T.barrier_wait(max0_ready, k % 2)
-                T.copy(row_max, m_prev)
-                T.copy(m_prev, m_new)
-                T.reduce_max(acc_s, m_new, dim=1, clear=False)
-                T.copy(m_new, row_max)
+                for k in T.serial(n_pairs):
+                    at_even = tile_at(Block_table, seqlen, seq, first_token + (2 * k + 2) * tile)
+                    at_odd = tile_at(Block_table, seqlen, seq, first_token + (2 * k + 3) * tile)
+                    mask_tail(acc_s, first_token + (2 * k + 1) * tile, by, seqlen)
+                    T.barrier_wait(max0_ready, (pairs_before + k) % 2)
+                    T.copy(row_max, m_prev)
+                    T.copy(m_prev, m_new)
+                    T.reduce_max(acc_s, m_new, dim=1, clear=False)
+                    T.copy(m_new, row_max)
+                    for i in T.Parallel(ROWS):
+                        rescale_1[i] = T.exp2(m_prev[i] * scale - m_new[i] * scale)
+                    for i, j in T.Parallel(ROWS, tile):
+                        acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m_new[i] * scale)
+                    T.reduce_sum(acc_s, tile_sum, dim=1)
+                    for i, j in T.Parallel(ROWS, half):
+                        acc_o[i, j] *= rescale_0[i] * rescale_1[i]
+                    for i in T.Parallel(ROWS):
+                        l_part[i] = l_part[i] * rescale_0[i] * rescale_1[i] + tile_sum[i]
+                    T.barrier_arrive(max1_ready)
+                    T.copy(acc_s, P_regs)
+                    T.copy(P_regs, P1_s)
+                    T.fence_proxy_async()  # wg0's wgmma reads P1_s
+                    T.wgmma_gemm(P_regs, K1_r, acc_o)
+                    T.barrier_arrive(p1_ready)
+                    T.barrier_wait(p0_ready, (pairs_before + k) % 2)
+                    T.wgmma_gemm(P0_s, K0_r, acc_o)
+                    if k < n_pairs - 1:
+                        T.wait_wgmma(1)  # P1 V1_r done: K1_r is free
+                        load_tile(KV, K_pe, at_odd, K1_l, K1_r, K1_pe,
+                                  k1_l_ready, k1_r_ready, k1_pe_ready, False, True, False)
+                        T.wait_wgmma(0)  # P0 V0_r done: K0_r is free (wg0's scores of K0 finished long ago)
+                        load_tile(KV, K_pe, at_even, K0_l, K0_r, K0_pe,
+                                  k0_l_ready, k0_r_ready, k0_pe_ready, False, True, False)
+                        # K1_r (loaded here, above) lands before K1_l and K1_pe (by wg0, after its P1 V1_l)
+                        scores_half(Q_r, K1_r, k1_r_ready, acc_s, (pairs_before + k + 1) % 2, True)
+                        scores_half(Q_l, K1_l, k1_l_ready, acc_s, (pairs_before + k + 1) % 2, False)
+                        scores_pe(Q_pe_regs, K1_pe, k1_pe_ready, acc_s, (pairs_before + k + 1) % 2)
+                    T.wait_wgmma(0)
+                T.barrier_wait(sum0_ready, w % 2)
                 for i in T.Parallel(ROWS):
-                    rescale_1[i] = T.exp2(m_prev[i] * scale - m_new[i] * scale)
-                for i, j in T.Parallel(ROWS, tile):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m_new[i] * scale)
-                T.reduce_sum(acc_s, tile_sum, dim=1)
+                    row_sum[i] += l_part[i]
+                T.barrier_arrive(sum_ready)
                 for i, j in T.Parallel(ROWS, half):
-                    acc_o[i, j] *= rescale_0[i] * rescale_1[i]
-                for i in T.Parallel(ROWS):
-                    l_part[i] = l_part[i] * rescale_0[i] * rescale_1[i] + tile_sum[i]
-                T.barrier_arrive(max1_ready)
-                T.copy(acc_s, P_regs)
-                T.copy(P_regs, P1_s)
-                T.fence_proxy_async()  # wg0's wgmma reads P1_s
-                T.wgmma_gemm(P_regs, K1_r, acc_o)
-                T.barrier_arrive(p1_ready)
-                T.barrier_wait(p0_ready, k % 2)
-                T.wgmma_gemm(P0_s, K0_r, acc_o)
-                if k < n_pairs - 1:
-                    T.wait_wgmma(1)  # P1 V1_r done: K1_r is free
-                    load_tile(KV, K_pe, Block_table, seqlen, bx, first_token + (2 * k + 3) * tile, K1_l, K1_r, K1_pe,
-                              k1_l_ready, k1_r_ready, k1_pe_ready, False, True, False)
-                    T.wait_wgmma(0)  # P0 V0_r done: K0_r is free (wg0's scores of K0 finished long ago)
-                    load_tile(KV, K_pe, Block_table, seqlen, bx, first_token + (2 * k + 2) * tile, K0_l, K0_r, K0_pe,
-                              k0_l_ready, k0_r_ready, k0_pe_ready, False, True, False)
-                    # K1_r (loaded here, above) lands before K1_l and K1_pe (by wg0, after its P1 V1_l)
-                    scores_half(Q_r, K1_r, k1_r_ready, acc_s, (k + 1) % 2, True)
-                    scores_half(Q_l, K1_l, k1_l_ready, acc_s, (k + 1) % 2, False)
-                    scores_pe(Q_pe_regs, K1_pe, k1_pe_ready, acc_s, (k + 1) % 2)
-                T.wait_wgmma(0)
-            T.barrier_wait(sum0_ready, 0)
-            for i in T.Parallel(ROWS):
-                row_sum[i] += l_part[i]
-            T.barrier_arrive(sum_ready)
-            for i, j in T.Parallel(ROWS, half):
-                acc_o[i, j] /= row_sum[i]
-            finish(acc_o, Q_r, half, row_max, row_sum, True, out, lse_out, bx, by, bz)
+                    acc_o[i, j] /= row_sum[i]
+                finish(acc_o, Q_r, half, row_max, row_sum, True, out, lse_out, seq, by, piece)
+            if paged:
+                pairs_done = pairs_done + n_pairs
+                T.sync_threads()  # wg1's lse still reads row_max, which the next piece clears
 
     if paged:
         return attend_any
 
     @T.macro
     def attend(Q, Q_pe, KV, K_pe, bx, by, bz, first_token, n_pairs, out, lse_out):
-        attend_any(Q, Q_pe, KV, K_pe, KV, seqlen, bx, by, bz, first_token, n_pairs, out, lse_out)  # no block table
+        attend_any(Q, Q_pe, KV, K_pe, KV, seqlen, KV, KV, bx, by, bz, first_token, n_pairs, out, lse_out)  # no pages
 
     return attend
 
@@ -381,11 +411,10 @@ def program(p: mla_decode.Plan):
 
 
 def paged_program(p):
-    """The seesaw over a paged cache (mla_decode_paged.PagedPlan of a seesaw config, pages of 64 tokens): the
-    balanced schedule's pieces (mla_decode_paged.balanced_schedule over 128-token pairs), one thread block per
-    (head block, piece), launched longest piece first, each writing its partial; the shared combine merges each
-    sequence's pieces. One piece per block, not a partition's pieces in turn: the schedule's barriers and parities
-    start once per block."""
+    """The seesaw over a paged cache (mla_decode_paged.PagedPlan of a seesaw config, pages of 64 tokens): one thread
+    block per (head block, partition of mla_decode_paged.balanced_schedule over 128-token pairs), one wave on the
+    GPU, running its partition's pieces in turn, each writing its partial; the shared combine merges each
+    sequence's pieces. The barriers' parities go on across a block's pieces."""
     from mlagate.kernels import mla_decode_paged
 
     s, c = p.shape, p.config
@@ -395,6 +424,7 @@ def paged_program(p):
     half = dim // 2
     head_blocks = rows // valid
     scale = s.scale
+    parts = p.parts
     num_pages, num_pieces = T.dynamic("num_pages"), T.dynamic("num_pieces")
 
     @T.macro
@@ -417,7 +447,7 @@ def paged_program(p):
             K_pe: T.Tensor([num_pages, page_size, pe_dim], dtype),
             Block_table: T.Tensor([batch, max_pages], index),
             Cache_seqlens: T.Tensor([batch], index),
-            Order: T.Tensor([num_pieces], index),  # block i runs piece Order[i] (mla_decode_paged.longest_first)
+            Parts: T.Tensor([parts, 2], index),
             Pieces: T.Tensor([num_pieces, 3], index),
             Seq_pieces: T.Tensor([batch, 2], index),
             glse: T.Tensor([num_pieces, rows], accum),
@@ -425,13 +455,9 @@ def paged_program(p):
             Output: T.Tensor([batch, rows, dim], dtype),
             Lse: T.Tensor([batch, rows], accum),
     ):
-        # Head blocks vary fastest: a piece's head blocks run side by side and read its pages once from DRAM.
-        with T.Kernel(head_blocks, num_pieces, threads=256) as (by, bz):
-            piece = Order[bz]
-            seq = Pieces[piece, 0]
-            first_token = Pieces[piece, 1]
-            attend(Q, Q_pe, KV, K_pe, Block_table, Cache_seqlens[seq], seq, by, piece, first_token,
-                   T.ceildiv(Pieces[piece, 2] - first_token, c.block_N), O_partial, glse)
+        # Head blocks vary fastest: a partition's head blocks run side by side and read its pages once from DRAM.
+        with T.Kernel(head_blocks, parts, threads=256) as (by, bz):
+            attend(Q, Q_pe, KV, K_pe, Block_table, Cache_seqlens, Parts, Pieces, 0, by, bz, 0, 0, O_partial, glse)
 
         with T.Kernel(rows, batch, threads=128) as (hid, bid):
             mla_decode.combine_macro(dim, mla_decode_paged.balanced_piece(Seq_pieces))(

@@ -4,13 +4,15 @@ kernels/mla_decode_seesaw.py paged_program, beside the paged kernel the product 
 today.
 
     python -m lab.seesaw_paged_probe [--heads 16 --heads 128] [--s-q 1 --s-q 2] [--dtype bfloat16] [--jobs 12]
+                                     [--piece-cost 4 --piece-cost 2]
 
 First the edge cases against the float32 reference at rtol = atol = 0.01, shuffled pages of 64: a 1-token sequence
 beside a 131072-token one, every sequence shorter than one tile, and 20 launches bit-identical. Then per workload of
 perf.yml (batch 64 and 128) and head count, one set of inputs (mlagate.measure.harness.Inputs of the workload case)
 through FlashMLA, the product's paged kernel for tilelang-seesaw (measure.impls.paged_config) and the seesaw over
-pages (the seesaw's tuned config at the batch's mean length, num_split 0), each checked, then timed with the
-project's one clock (measure.timer.time_gpu, the `record` budget): microseconds and the ratio to FlashMLA.
+pages (the seesaw's tuned config at the batch's mean length, num_split 0; its schedule at each --piece-cost, in pairs
+of tiles: the schedule is runtime data, one compile serves them all), each checked, then timed with the project's one
+clock (measure.timer.time_gpu, the `record` budget): microseconds and the ratio to FlashMLA.
 """
 
 import argparse
@@ -41,6 +43,7 @@ def main(argv=None):
     parser.add_argument("--s-q", type=int, action="append")
     parser.add_argument("--dtype", action="append")
     parser.add_argument("--jobs", type=int, default=12)
+    parser.add_argument("--piece-cost", type=int, action="append")
     args = parser.parse_args(argv)
 
     import torch
@@ -59,6 +62,7 @@ def main(argv=None):
     device = torch.device("cuda", 0)
     arch = mla_decode.device_arch(device)
     heads_list, s_qs, dtypes = args.heads or [16, 128], args.s_q or [1, 2], args.dtype or ["bfloat16"]
+    costs = args.piece_cost or [paged.PIECE_COST_TILES]
 
     points = []
     for dtype in dtypes:
@@ -90,18 +94,23 @@ def main(argv=None):
         print(f"edge {name}, heads {shape.heads}, s_q {shape.s_q}: max abs error {error['max_abs']:.2e}, "
               f"20 repeats bit-identical: {same}", flush=True)
 
-    print("| workload | b | heads | s_q | dtype | FlashMLA µs | today's paged µs | ratio | seesaw-paged µs | ratio |")
-    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+    seesaw_columns = [f"seesaw-paged cost {c}" for c in costs]
+    print("| workload | b | heads | s_q | dtype | FlashMLA µs | today's paged µs | ratio | "
+          + " | ".join(f"{c} µs | ratio" for c in seesaw_columns) + " |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|" + "---:|---:|" * len(costs))
     for name, w, batch, heads, s_q, dtype, lengths, shape in points:
         case = Case("flash_mla", batch, w.mean, dtype, heads, q_len=s_q, workload=w.tag(64), page_size=64,
                     lengths=tuple(lengths))
         inputs = Inputs(case, device)
         tensors = tuple(inputs.tensors)[:6]
-        kernel = paged.compiled(shape, seesaw_paged_config(shape.at_mean_length(lengths), arch), device, lengths)
+        kernel = paged.compiled(shape, seesaw_paged_config(shape.at_mean_length(lengths), arch), device)
         out, lse = torch.empty_like(tensors[0]), torch.empty(tensors[0].shape[:-1], device=device)
         launches = {"flash_mla": impls.prepare("flash_mla", inputs.tensors, device),
-                    "today": impls.prepare("tilelang-seesaw", inputs.tensors, device),
-                    "seesaw_paged": lambda: kernel(*tensors, out, lse)[0]}
+                    "today": impls.prepare("tilelang-seesaw", inputs.tensors, device)}
+        for column, cost in zip(seesaw_columns, costs):
+            batch_args = kernel.batch(paged.balanced_schedule(lengths, kernel.plan.config.block_N, kernel.plan.parts,
+                                                              cost), device)
+            launches[column] = lambda b=batch_args: kernel(*tensors, out, lse, batch=b)[0]
         us = {}
         for impl, launch in launches.items():
             try:
@@ -110,8 +119,8 @@ def main(argv=None):
             except Exception as e:  # noqa: BLE001 - a probe: print the row's reason and go on
                 print(f"  {name} b{batch} h{heads} s_q{s_q} {impl}: {type(e).__name__}: {str(e)[:200]}")
         fm = us.get("flash_mla")
-        cells = [f"{us[k]:.1f} | {fm / us[k]:.3f}" if k in us and fm else "- | -" for k in ("today", "seesaw_paged")]
-        print(f"| {name} | {batch} | {heads} | {s_q} | {dtype} | {fm or float('nan'):.1f} | {cells[0]} | {cells[1]} |",
+        cells = [f"{us[k]:.1f} | {fm / us[k]:.3f}" if k in us and fm else "- | -" for k in ["today", *seesaw_columns]]
+        print(f"| {name} | {batch} | {heads} | {s_q} | {dtype} | {fm or float('nan'):.1f} | " + " | ".join(cells) + " |",
               flush=True)
         del inputs, launches
         torch.cuda.empty_cache()

@@ -53,26 +53,20 @@ def test_the_seesaw_over_pages_takes_64_token_pages_and_the_balanced_schedule_on
     assert mla_decode_paged.plan(fp8, m.SEESAW, "sm_90").config.schedule == "pipelined"
 
 
-def test_the_seesaw_over_pages_launches_the_longest_piece_first():
-    from mlagate.kernels import mla_decode_paged
-
-    sched = mla_decode_paged.Schedule(pieces=((0, 0, 128), (1, 0, 1000), (1, 1000, 1100), (2, 0, 1000)),
-                                      parts=((0, 2), (2, 4)), seq_pieces=((0, 1), (1, 3), (3, 4)))
-    assert mla_decode_paged.longest_first(sched) == (1, 3, 0, 2)  # ties in request order
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("heads, s_q", [(16, 1), (16, 2), (128, 1), (128, 2)])
 def test_the_seesaw_over_pages_lowers_for_sm_90a_with_a_tma_load_per_page(heads, s_q):
-    """One piece per thread block (head blocks fastest), the page read through the block table, the shared combine;
-    and the dense seesaw's own code is unchanged by the paged variant (tests/test_ladder.py lowers it too)."""
+    """One thread block per (head block, partition), one wave, walking its partition's pieces with the barriers'
+    parities carried on; the page read through the block table; the shared combine."""
     from mlagate.kernels import mla_decode_paged
 
     lengths = [1, 131072, 700, 64, 65]
     shape = mla_decode_paged.PagedShape.holding(lengths, heads, 64, "bfloat16", s_q=s_q)
     p = mla_decode_paged.plan(shape, m.SEESAW, "sm_90a")
     source = mla_decode_paged.lowered(p, "sm_90a").kernel_source
-    assert "tma_load" in source and "Block_table" in source and "Order" in source and "main_balanced_kernel" in source
+    assert "tma_load" in source and "Block_table" in source and "main_balanced_kernel" in source
+    assert re.search(r"for \(int w = 0; w < \(Parts\[", source) and "pairs_done = (pairs_done + n_pairs)" in source
+    assert "__launch_bounds__(256" in source
     sched = mla_decode_paged.balanced_schedule(lengths, p.config.block_N, p.parts)
     assert all(first % 128 == 0 for _, first, _ in sched.pieces)  # pieces start on a pair of pages
 
