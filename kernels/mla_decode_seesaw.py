@@ -93,6 +93,11 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool, paged: bool
         T.wgmma_gemm(Q_pe_regs, K_pe_s, acc_s, transpose_B=True)
 
     @T.macro
+    def mask_past(acc_s, start, seqlen):
+        for i, j in T.Parallel(ROWS, tile):
+            acc_s[i, j] = T.if_then_else(start + j < seqlen, acc_s[i, j], mla_decode.MASKED)
+
+    @T.macro
     def mask_tail(acc_s, start, by, seqlen):
         """Scores past the cache become MASKED (mla_decode's module docstring says why not -inf); with s_q > 1 every
         tile that holds one of the last s_q positions is masked causally: row i of head block by is token
@@ -103,9 +108,11 @@ def attend_macro(shape, config, valid: int, finish, *, masked: bool, paged: bool
                     acc_s[i, j] = T.if_then_else(
                         start + j < seqlen - (s_q - 1) + T.min(by * valid + i, rows - 1) // heads, acc_s[i, j],
                         mla_decode.MASKED)
+        elif paged:  # pieces start on pair boundaries: only a sequence's last pair holds its end
+            if start + tile > seqlen:
+                mask_past(acc_s, start, seqlen)
         elif masked:
-            for i, j in T.Parallel(ROWS, tile):
-                acc_s[i, j] = T.if_then_else(start + j < seqlen, acc_s[i, j], mla_decode.MASKED)
+            mask_past(acc_s, start, seqlen)
 
     @T.macro
     def load_q(Q, Q_pe, bx, by, Q_l, Q_r, Q_pe_s):
@@ -413,8 +420,9 @@ def program(p: mla_decode.Plan):
 def paged_program(p):
     """The seesaw over a paged cache (mla_decode_paged.PagedPlan of a seesaw config, pages of 64 tokens): one thread
     block per (head block, partition of mla_decode_paged.balanced_schedule over 128-token pairs), one wave on the
-    GPU, running its partition's pieces in turn, each writing its partial; the shared combine merges each
-    sequence's pieces. The barriers' parities go on across a block's pieces."""
+    GPU, running its partition's pieces in turn; the shared combine merges the partials of each sequence split
+    into pieces, a sequence of one piece writes its output at once. The barriers' parities go on across a block's
+    pieces."""
     from mlagate.kernels import mla_decode_paged
 
     s, c = p.shape, p.config
@@ -428,14 +436,27 @@ def paged_program(p):
     num_pages, num_pieces = T.dynamic("num_pages"), T.dynamic("num_pieces")
 
     @T.macro
-    def finish_piece(acc_o, O_s, col, row_max, row_sum, writes_lse, O_partial, glse, seq, by, piece):
-        for i, j in T.Parallel(ROWS, half):
-            if i < valid:
-                O_partial[piece, by * valid + i, col + j] = acc_o[i, j]
-        if writes_lse:
-            for i in T.Parallel(ROWS):
+    def finish_piece(acc_o, O_s, col, row_max, row_sum, writes_lse, outs, lses, seq, by, piece):
+        """A sequence of one piece writes its output and lse, as FlashMLA's does; another piece its partial.
+        ``outs``: (O_partial, Output); ``lses``: (glse, Lse, Seq_pieces)."""
+        O_partial, Output = outs
+        glse, Lse, Seq_pieces = lses
+        if Seq_pieces[seq, 1] - Seq_pieces[seq, 0] == 1:
+            for i, j in T.Parallel(ROWS, half):
                 if i < valid:
-                    glse[piece, by * valid + i] = T.log2(row_sum[i]) + row_max[i] * scale
+                    Output[seq, by * valid + i, col + j] = acc_o[i, j]
+            if writes_lse:
+                for i in T.Parallel(ROWS):
+                    if i < valid:
+                        Lse[seq, by * valid + i] = (T.log2(row_sum[i]) + row_max[i] * scale) * mla_decode.LN2
+        else:
+            for i, j in T.Parallel(ROWS, half):
+                if i < valid:
+                    O_partial[piece, by * valid + i, col + j] = acc_o[i, j]
+            if writes_lse:
+                for i in T.Parallel(ROWS):
+                    if i < valid:
+                        glse[piece, by * valid + i] = T.log2(row_sum[i]) + row_max[i] * scale
 
     attend = attend_macro(s, c, valid, finish_piece, masked=True, paged=True)
 
@@ -457,10 +478,12 @@ def paged_program(p):
     ):
         # Head blocks vary fastest: a partition's head blocks run side by side and read its pages once from DRAM.
         with T.Kernel(head_blocks, parts, threads=256) as (by, bz):
-            attend(Q, Q_pe, KV, K_pe, Block_table, Cache_seqlens, Parts, Pieces, 0, by, bz, 0, 0, O_partial, glse)
+            attend(Q, Q_pe, KV, K_pe, Block_table, Cache_seqlens, Parts, Pieces, 0, by, bz, 0, 0, (O_partial, Output),
+                   (glse, Lse, Seq_pieces))
 
         with T.Kernel(rows, batch, threads=128) as (hid, bid):
-            mla_decode.combine_macro(dim, mla_decode_paged.balanced_piece(Seq_pieces))(
-                glse, O_partial, Output, Lse, bid, hid, Seq_pieces[bid, 1] - Seq_pieces[bid, 0])
+            if Seq_pieces[bid, 1] - Seq_pieces[bid, 0] > 1:
+                mla_decode.combine_macro(dim, mla_decode_paged.balanced_piece(Seq_pieces))(
+                    glse, O_partial, Output, Lse, bid, hid, Seq_pieces[bid, 1] - Seq_pieces[bid, 0])
 
     return main_balanced

@@ -12,7 +12,8 @@ perf.yml (batch 64 and 128) and head count, one set of inputs (mlagate.measure.h
 through FlashMLA, the product's paged kernel for tilelang-seesaw (measure.impls.paged_config) and the seesaw over
 pages (the seesaw's tuned config at the batch's mean length, num_split 0; its schedule at each --piece-cost, in pairs
 of tiles: the schedule is runtime data, one compile serves them all), each checked, then timed with the project's one
-clock (measure.timer.time_gpu, the `record` budget): microseconds and the ratio to FlashMLA.
+clock (measure.timer.time_gpu, the `record` budget): microseconds and the ratio to FlashMLA; and each GPU kernel's
+mean time (torch.profiler) of FlashMLA and the first seesaw column, so the combine's share shows.
 """
 
 import argparse
@@ -27,6 +28,21 @@ def seesaw_paged_config(mean_shape, arch):
 def edge_batches() -> list:
     """(name, lengths) of the edge cases."""
     return [("1 token beside 131072", [1, 131072, 700, 64, 65]), ("all shorter than a tile", [1, 2, 17, 63, 64, 5])]
+
+
+def kernel_times(launch, repeats: int = 20) -> str:
+    """Each GPU kernel's mean time in one launch (torch.profiler): the decode kernel apart from the combine."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    launch()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            launch()
+        torch.cuda.synchronize()
+    rows = [(e.key, e.self_device_time_total / repeats) for e in prof.key_averages() if e.self_device_time_total > 0]
+    return ", ".join(f"{name[:40]} {us:.1f} µs" for name, us in sorted(rows, key=lambda r: -r[1]))
 
 
 def compile_one(job):
@@ -118,10 +134,16 @@ def main(argv=None):
                 us[impl] = median(time_gpu(launch, cfg.timing, "record", device=device).times_ms) * 1e3
             except Exception as e:  # noqa: BLE001 - a probe: print the row's reason and go on
                 print(f"  {name} b{batch} h{heads} s_q{s_q} {impl}: {type(e).__name__}: {str(e)[:200]}")
+        for impl in ("flash_mla", seesaw_columns[0]):
+            try:
+                print(f"  kernels of {name} b{batch} h{heads} s_q{s_q} {impl}: {kernel_times(launches[impl])}",
+                      flush=True)
+            except Exception as e:  # noqa: BLE001 - a probe: the profiler may be unavailable
+                print(f"  kernels of {impl}: {type(e).__name__}: {str(e)[:200]}")
         fm = us.get("flash_mla")
         cells = [f"{us[k]:.1f} | {fm / us[k]:.3f}" if k in us and fm else "- | -" for k in ["today", *seesaw_columns]]
-        print(f"| {name} | {batch} | {heads} | {s_q} | {dtype} | {fm or float('nan'):.1f} | " + " | ".join(cells) + " |",
-              flush=True)
+        row = f"| {name} | {batch} | {heads} | {s_q} | {dtype} | {fm or float('nan'):.1f} | "
+        print(row + " | ".join(cells) + " |", flush=True)
         del inputs, launches
         torch.cuda.empty_cache()
 

@@ -57,7 +57,8 @@ def test_the_seesaw_over_pages_takes_64_token_pages_and_the_balanced_schedule_on
 @pytest.mark.parametrize("heads, s_q", [(16, 1), (16, 2), (128, 1), (128, 2)])
 def test_the_seesaw_over_pages_lowers_for_sm_90a_with_a_tma_load_per_page(heads, s_q):
     """One thread block per (head block, partition), one wave, walking its partition's pieces with the barriers'
-    parities carried on; the page read through the block table; the shared combine."""
+    parities carried on; the page read through the block table; the shared combine, for sequences split into
+    pieces only (a sequence of one piece writes its output from the decode kernel)."""
     from mlagate.kernels import mla_decode_paged
 
     lengths = [1, 131072, 700, 64, 65]
@@ -67,6 +68,9 @@ def test_the_seesaw_over_pages_lowers_for_sm_90a_with_a_tma_load_per_page(heads,
     assert "tma_load" in source and "Block_table" in source and "main_balanced_kernel" in source
     assert re.search(r"for \(int w = 0; w < \(Parts\[", source) and "pairs_done = (pairs_done + n_pairs)" in source
     assert "__launch_bounds__(256" in source
+    kernels = split_kernels(source)
+    assert "*(uint1*)(Output + " in kernels["main_balanced_kernel"][1]
+    assert re.search(r"if \(1 < \(Seq_pieces\[", kernels["main_balanced_kernel_1"][1])
     sched = mla_decode_paged.balanced_schedule(lengths, p.config.block_N, p.parts)
     assert all(first % 128 == 0 for _, first, _ in sched.pieces)  # pieces start on a pair of pages
 
