@@ -463,15 +463,14 @@ SCHEDULE_MODULES = {"seesaw": "mla_decode_seesaw"}
 schedule_modules = {}
 
 
-def paged_config(config: TileConfig, family_config) -> TileConfig:
+def paged_config(config: TileConfig, family_config=None) -> TileConfig:
     """The config a paged batch runs, given ``config``, the one the dense kernel runs at the batch's mean length:
-    the pipelined paged kernel (the seesaw over pages, mla_decode_seesaw.paged_program, is slower on the workloads:
-    docs/kernels.md), so for the seesaw it is the hopper family's, as
-    ``family_config(name)`` gives it for the shape (its tuned table's entry, else its default); and it deals a
-    ragged batch's work evenly over the SMs (mla_decode_paged.balanced_schedule, num_split 0) where the dense
-    kernel's split count would give a long sequence as many splits as a short one."""
-    pipelined = config if config.schedule == "pipelined" else family_config(HOPPER.name)
-    return pipelined.with_(num_split=0)
+    the same family's kernel over pages (the seesaw's is mla_decode_seesaw.paged_program), dealing a ragged batch's
+    work evenly over the SMs (mla_decode_paged.balanced_schedule, num_split 0) where the dense kernel's split count
+    would give a long sequence as many splits as a short one. ``family_config(name)``, another family's config at
+    the shape, is what older commits' rule took (their seesaw ran the hopper family's paged kernel); the re-measure
+    passes it to every commit's rule (measure/interleaved.py)."""
+    return config.with_(num_split=0)
 
 
 def schedule_module(schedule: str):

@@ -156,9 +156,16 @@ def split_tokens(seqlen, num_split: int, block_N: int):
     return T.ceildiv(T.ceildiv(seqlen, num_split), block_N) * block_N
 
 
-# The fixed cost of one piece of the balanced schedule, in tiles of work: loading its queries, its softmax's setup and
-# its partial's write and combine. FlashMLA's scheduler charges one too (5 of its 64-token blocks per sequence).
-PIECE_COST_TILES = 4
+# The fixed cost of one piece of the balanced schedule, in tokens of work: loading its queries, its softmax's setup
+# and its partial's write and combine. FlashMLA's scheduler charges one too (5 of its 64-token blocks per sequence).
+# 256: 4 of the pipelined kernel's 64-token tiles, 2 of the seesaw's pairs (at 16 heads the seesaw over pages was
+# faster at 2 than at 4 on 7 of 8 workload points, and even at 128: docs/measurements.md, 2026-12-03).
+PIECE_COST_TOKENS = 256
+
+
+def piece_cost_tiles(block_N: int) -> int:
+    """A piece's fixed cost in tiles of ``block_N`` tokens."""
+    return max(1, PIECE_COST_TOKENS // block_N)
 
 
 @dataclass(frozen=True)
@@ -171,18 +178,21 @@ class Schedule:
     parts: tuple
     seq_pieces: tuple
 
-    def tiles_per_part(self, block_N: int, piece_cost: int = PIECE_COST_TILES) -> list:
-        """Each partition's work in tiles, a piece's fixed cost included: the makespan is the largest."""
+    def tiles_per_part(self, block_N: int, piece_cost: int | None = None) -> list:
+        """Each partition's work in tiles, a piece's fixed cost (default: piece_cost_tiles) included: the makespan is
+        the largest."""
+        piece_cost = piece_cost_tiles(block_N) if piece_cost is None else piece_cost
         return [sum(math.ceil((end - first) / block_N) + piece_cost for _, first, end in self.pieces[a:b])
                 for a, b in self.parts]
 
 
-def balanced_schedule(lengths, block_N: int, parts: int, piece_cost: int = PIECE_COST_TILES) -> Schedule:
+def balanced_schedule(lengths, block_N: int, parts: int, piece_cost: int | None = None) -> Schedule:
     """Deal a ragged batch's tiles of ``block_N`` tokens evenly over ``parts`` partitions, across sequence boundaries
     (the idea of FlashMLA's and FlashInfer's decode schedulers): each partition takes up to an even share of the
-    batch's work (tiles plus a fixed cost per piece), filled in request order, a sequence split where a partition
-    fills. Pieces start on tile boundaries, so only a sequence's last tile is partial. Every partition's load is
-    at most the share plus one piece's cost; trailing partitions may be empty."""
+    batch's work (tiles plus a fixed cost per piece, in tiles; default piece_cost_tiles), filled in request order, a
+    sequence split where a partition fills. Pieces start on tile boundaries, so only a sequence's last tile is
+    partial. Every partition's load is at most the share plus one piece's cost; trailing partitions may be empty."""
+    piece_cost = piece_cost_tiles(block_N) if piece_cost is None else piece_cost
     if parts < 1 or block_N < 1 or piece_cost < 0:
         raise ValueError(f"parts and block_N must be >= 1 and piece_cost >= 0, got {parts}, {block_N}, {piece_cost}")
     tiles = [math.ceil(n / block_N) for n in lengths]

@@ -1,7 +1,7 @@
 """Whether the seesaw over pages is correct and keeps up with FlashMLA on the serving workloads (GPU).
 
-kernels/mla_decode_seesaw.py paged_program, beside the paged kernel the product runs for the seesaw's workload cases
-today.
+kernels/mla_decode_seesaw.py paged_program, the kernel the seesaw's workload cases run, beside the hopper family's
+pipelined paged kernel.
 
     python -m lab.seesaw_paged_probe [--heads 16 --heads 128] [--s-q 1 --s-q 2] [--dtype bfloat16] [--jobs 12]
                                      [--piece-cost 4 --piece-cost 2]
@@ -9,11 +9,11 @@ today.
 First the edge cases against the float32 reference at rtol = atol = 0.01, shuffled pages of 64: a 1-token sequence
 beside a 131072-token one, every sequence shorter than one tile, and 20 launches bit-identical. Then per workload of
 perf.yml (batch 64 and 128) and head count, one set of inputs (mlagate.measure.harness.Inputs of the workload case)
-through FlashMLA, the product's paged kernel for tilelang-seesaw (measure.impls.paged_config) and the seesaw over
-pages (the seesaw's tuned config at the batch's mean length, num_split 0; its schedule at each --piece-cost, in pairs
-of tiles: the schedule is runtime data, one compile serves them all), each checked, then timed with the project's one
-clock (measure.timer.time_gpu, the `record` budget): microseconds and the ratio to FlashMLA; and each GPU kernel's
-mean time (torch.profiler) of FlashMLA and the first seesaw column, so the combine's share shows.
+through FlashMLA, tilelang-hopper and tilelang-seesaw as the product launches them (measure.impls.prepare: the
+seesaw over pages at its schedule's piece cost, mla_decode_paged.piece_cost_tiles) and the seesaw again at each
+--piece-cost, in pairs of tiles (the schedule is runtime data, one compile serves them all), each checked, then timed
+with the project's one clock (measure.timer.time_gpu, the `record` budget): microseconds and the ratio to FlashMLA;
+and each GPU kernel's mean time (torch.profiler) of FlashMLA and tilelang-seesaw, so the combine's share shows.
 """
 
 import argparse
@@ -22,7 +22,7 @@ import argparse
 def seesaw_paged_config(mean_shape, arch):
     from mlagate.measure import impls
 
-    return impls.tilelang_config("tilelang-seesaw", mean_shape, arch).with_(num_split=0)
+    return impls.paged_config("tilelang-seesaw", mean_shape, arch)
 
 
 def edge_batches() -> list:
@@ -78,7 +78,7 @@ def main(argv=None):
     device = torch.device("cuda", 0)
     arch = mla_decode.device_arch(device)
     heads_list, s_qs, dtypes = args.heads or [16, 128], args.s_q or [1, 2], args.dtype or ["bfloat16"]
-    costs = args.piece_cost or [paged.PIECE_COST_TILES]
+    costs = args.piece_cost or []
 
     points = []
     for dtype in dtypes:
@@ -110,10 +110,10 @@ def main(argv=None):
         print(f"edge {name}, heads {shape.heads}, s_q {shape.s_q}: max abs error {error['max_abs']:.2e}, "
               f"20 repeats bit-identical: {same}", flush=True)
 
-    seesaw_columns = [f"seesaw-paged cost {c}" for c in costs]
-    print("| workload | b | heads | s_q | dtype | FlashMLA µs | today's paged µs | ratio | "
-          + " | ".join(f"{c} µs | ratio" for c in seesaw_columns) + " |")
-    print("|---|---:|---:|---:|---|---:|---:|---:|" + "---:|---:|" * len(costs))
+    columns = ["tilelang-hopper", "tilelang-seesaw"] + [f"seesaw-paged cost {c}" for c in costs]
+    header = " | ".join(f"{c} µs | ratio" for c in columns)
+    print(f"| workload | b | heads | s_q | dtype | FlashMLA µs | {header} |")
+    print("|---|---:|---:|---:|---|---:|" + "---:|---:|" * len(columns))
     for name, w, batch, heads, s_q, dtype, lengths, shape in points:
         case = Case("flash_mla", batch, w.mean, dtype, heads, q_len=s_q, workload=w.tag(64), page_size=64,
                     lengths=tuple(lengths))
@@ -121,9 +121,8 @@ def main(argv=None):
         tensors = tuple(inputs.tensors)[:6]
         kernel = paged.compiled(shape, seesaw_paged_config(shape.at_mean_length(lengths), arch), device)
         out, lse = torch.empty_like(tensors[0]), torch.empty(tensors[0].shape[:-1], device=device)
-        launches = {"flash_mla": impls.prepare("flash_mla", inputs.tensors, device),
-                    "today": impls.prepare("tilelang-seesaw", inputs.tensors, device)}
-        for column, cost in zip(seesaw_columns, costs):
+        launches = {impl: impls.prepare(impl, inputs.tensors, device) for impl in ["flash_mla", *columns[:2]]}
+        for column, cost in zip(columns[2:], costs):
             batch_args = kernel.batch(paged.balanced_schedule(lengths, kernel.plan.config.block_N, kernel.plan.parts,
                                                               cost), device)
             launches[column] = lambda b=batch_args: kernel(*tensors, out, lse, batch=b)[0]
@@ -134,14 +133,14 @@ def main(argv=None):
                 us[impl] = median(time_gpu(launch, cfg.timing, "record", device=device).times_ms) * 1e3
             except Exception as e:  # noqa: BLE001 - a probe: print the row's reason and go on
                 print(f"  {name} b{batch} h{heads} s_q{s_q} {impl}: {type(e).__name__}: {str(e)[:200]}")
-        for impl in ("flash_mla", seesaw_columns[0]):
+        for impl in ("flash_mla", "tilelang-seesaw"):
             try:
                 print(f"  kernels of {name} b{batch} h{heads} s_q{s_q} {impl}: {kernel_times(launches[impl])}",
                       flush=True)
             except Exception as e:  # noqa: BLE001 - a probe: the profiler may be unavailable
                 print(f"  kernels of {impl}: {type(e).__name__}: {str(e)[:200]}")
         fm = us.get("flash_mla")
-        cells = [f"{us[k]:.1f} | {fm / us[k]:.3f}" if k in us and fm else "- | -" for k in ["today", *seesaw_columns]]
+        cells = [f"{us[k]:.1f} | {fm / us[k]:.3f}" if k in us and fm else "- | -" for k in columns]
         row = f"| {name} | {batch} | {heads} | {s_q} | {dtype} | {fm or float('nan'):.1f} | "
         print(row + " | ".join(cells) + " |", flush=True)
         del inputs, launches

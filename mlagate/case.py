@@ -17,10 +17,7 @@ DENSE = "dense"  # the grid's own workload: one KV tensor, every sequence at seq
 TILELANG_PREFIX = "tilelang-"
 CANDIDATE_MARK = "@"
 WORKLOAD_TAG_MARK = "@"  # between a workload's name and its definition's digest in a case key (Workload.tag)
-# Workload cases run the pipelined paged kernel (the seesaw over pages is slower there): a seesaw family runs them with
-# this family's config (kernels/mla_decode.py paged_config; tests/test_workloads.py holds the two together).
-PAGED_KERNEL_OF = {"tilelang-seesaw": "tilelang-hopper"}
-# Nor has it an fp8 cache: its fp8 cases run this family's kernel (mla_decode.kernel_config).
+# The seesaw has no fp8 cache: its fp8 cases, dense and paged, run this family's kernel (mla_decode.kernel_config).
 FP8_KERNEL_OF = {"tilelang-seesaw": "tilelang-hopper"}
 
 
@@ -66,19 +63,16 @@ class Case:
 
 def case_label(key: tuple, *, tag: bool = False) -> str:
     """What a reader sees: a workload by its name (``tag``: with its definition's digest, for the errors that
-    say a definition changed), and the kernel a case runs when that is another family's (a workload case's, an
-    fp8 cache's)."""
+    say a definition changed), and the kernel a case runs when that is another family's (an fp8 cache's)."""
     impl, batch, seqlen, dtype, heads, q_len, kv_dtype, workload = key
     # one query token and a cache in the query's dtype are left unsaid, so labels (perf-accept.yml's patterns)
     # read as before the q_len and kv_dtype axes
     point = f"{impl} h={heads}" + (f" s_q={q_len}" if q_len != 1 else "") + f" b={batch} s={seqlen} {dtype}" \
         + (f" kv={kv_dtype}" if kv_dtype != dtype else "")
-    if workload == DENSE:
-        runs = FP8_KERNEL_OF.get(family_impl(impl)) if kv_dtype != dtype else None
-        return point + (f" (runs {runs}'s kernel)" if runs else "")
-    name = workload if tag else workload.partition(WORKLOAD_TAG_MARK)[0]
-    runs = PAGED_KERNEL_OF.get(family_impl(impl))
-    return f"{point} {name}" + (f" (runs {runs}'s paged kernel)" if runs else "")
+    if workload != DENSE:
+        point += " " + (workload if tag else workload.partition(WORKLOAD_TAG_MARK)[0])
+    runs = FP8_KERNEL_OF.get(family_impl(impl)) if kv_dtype != dtype else None
+    return point + (f" (runs {runs}'s kernel)" if runs else "")
 
 
 class RunStatus(StrEnum):

@@ -80,22 +80,22 @@ def test_the_entry_point_takes_4d_queries():
 
 
 # (config, dtype, page_size, heads, s_q): both tile paths (page 1 gathers rows, page 64 holds whole tiles), both
-# pipelined configs (the paged kernel has no seesaw), 16 and 128 heads.
+# pipelined configs, 16 and 128 heads; and the seesaw over pages (64-token pages and the balanced schedule only): 16
+# heads at s_q 4 (one head block of 64 rows), 128 at s_q 2 (four).
 PAGED = [("native", "bfloat16", 64, 16, 2), ("native", "float16", 1, 16, 4), ("native", "bfloat16", 64, 128, 2),
          ("cdna3", "bfloat16", 64, 16, 2), ("cdna3", "float16", 1, 128, 4)]
+SEESAW_PAGED = [("seesaw", "bfloat16", 64, 16, 4), ("seesaw", "float16", 64, 128, 2)]
 # a sequence of exactly s_q tokens beside long ones; one-token tails; a lognormal-like spread
 RAGGED = [[4, 32768, 65], [4097, 63, 129], [2300, 47, 9000]]
 
 
-@pytest.mark.parametrize("kernel", PAGED, ids=str)
-@pytest.mark.parametrize("num_split", [0, 4], ids=["auto", "split4"])
-def test_paged_at_s_q(kernel, num_split):
+def check_paged(kernel, num_split):
     name, dtype, page_size, heads, s_q = kernel
     arch = m.device_arch(torch.cuda.current_device())
     config = m.config_for_arch(arch) if name == "native" else m.CONFIGS[name]
-    if config.name == "hopper" and not arch.startswith("sm_9"):
-        pytest.skip(f"the hopper config needs sm_90; this GPU is {arch}")
-    config = config.with_(num_split=num_split) if num_split else config
+    if config.name in ("hopper", "seesaw") and not arch.startswith("sm_9"):
+        pytest.skip(f"the {config.name} config needs sm_90; this GPU is {arch}")
+    config = config.with_(num_split=num_split)
     for n, lengths in enumerate(RAGGED):
         inputs = p.random_paged_inputs(len(lengths), heads, lengths, page_size, dtype, "cuda", seed=n, s_q=s_q)
         out, lse = p.mla_decode_paged(*inputs, config=config, return_lse=True)
@@ -106,3 +106,14 @@ def test_paged_at_s_q(kernel, num_split):
             for _ in range(REPEATS):
                 again, again_lse = p.mla_decode_paged(*inputs, config=config, return_lse=True)
                 assert torch.equal(again, out) and torch.equal(again_lse, lse)
+
+
+@pytest.mark.parametrize("kernel", PAGED, ids=str)
+@pytest.mark.parametrize("num_split", [0, 4], ids=["auto", "split4"])
+def test_paged_at_s_q(kernel, num_split):
+    check_paged(kernel, num_split)
+
+
+@pytest.mark.parametrize("kernel", SEESAW_PAGED, ids=str)
+def test_the_seesaw_over_pages_at_s_q(kernel):
+    check_paged(kernel, 0)

@@ -175,7 +175,7 @@ def test_every_tile_is_dealt_once_and_no_partition_exceeds_its_share(workload, b
     from mlagate import config as config_mod
 
     lengths = list(config_mod.load().workloads[workload].lengths(batch)) if batch > 3 else [1, 131072, 64][:batch]
-    cost = p.PIECE_COST_TILES
+    cost = p.piece_cost_tiles(block_N)
     sched = p.balanced_schedule(lengths, block_N, parts)
     assert len(sched.parts) == parts and sched.parts[0][0] == 0 and sched.parts[-1][1] == len(sched.pieces)
     assert all(a[1] == b[0] and a[0] <= a[1] for a, b in zip(sched.parts, sched.parts[1:]))  # consecutive ranges
@@ -289,3 +289,12 @@ def test_a_balanced_launch_passes_the_schedule_and_its_workspace_before_out_and_
     bound = p.BatchLaunch(kernel, lengths, "cpu")
     bound(*inputs, out, lse)
     assert torch.equal(calls[-1][7], got[7]) and bound.schedule == sched
+
+
+def test_a_piece_costs_256_tokens_of_work_whatever_the_tile():
+    """The pipelined kernel's 64-token tiles pay 4 a piece, the seesaw's pairs 2, cdna3's 32-token tiles 8; the
+    default schedule charges it."""
+    assert [p.piece_cost_tiles(n) for n in (32, 64, 128)] == [8, 4, 2]
+    lengths = [47, 32768, 100, 4096]
+    assert p.balanced_schedule(lengths, 128, 8) == p.balanced_schedule(lengths, 128, 8, piece_cost=2)
+    assert p.balanced_schedule(lengths, 128, 8) != p.balanced_schedule(lengths, 128, 8, piece_cost=4)

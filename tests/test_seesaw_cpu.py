@@ -91,9 +91,9 @@ def test_a_ladder_of_a_gated_seesaw_patches_the_seesaw_file(tmp_path):
     assert plan.files == ("kernels/mla_decode.py", "kernels/mla_decode_seesaw.py")
 
 
-def test_a_paged_batch_of_the_seesaw_runs_the_hopper_familys_paged_kernel(monkeypatch):
-    """The paged kernel is pipelined only: a paged workload case of tilelang-seesaw runs the config the hopper
-    family runs at the batch's mean length (mla_decode.paged_family), as its short caches run HOPPER."""
+def test_a_paged_batch_of_the_seesaw_runs_the_seesaw_over_pages(monkeypatch):
+    """A paged workload case of tilelang-seesaw runs the seesaw's own config at the batch's mean length, on the
+    balanced schedule (mla_decode.paged_config): the seesaw over pages."""
     import torch
 
     from mlagate.kernels import mla_decode_paged
@@ -110,9 +110,8 @@ def test_a_paged_batch_of_the_seesaw_runs_the_hopper_familys_paged_kernel(monkey
                         torch.full((2,), 100, dtype=torch.int32))
     impls.prepare("tilelang-seesaw", paged, "cpu")
     mean = shape.at_mean_length([100, 100])
-    assert m.paged_config(m.CDNA3, None) == m.CDNA3.with_(num_split=0)  # the balanced schedule, both families
-    hopper = impls.tilelang_config("tilelang-hopper", mean, "sm_90").with_(num_split=0)
-    assert compiled == [(shape, hopper, "cpu", [100, 100])]
+    seesaw = impls.tilelang_config("tilelang-seesaw", mean, "sm_90").with_(num_split=0)
+    assert seesaw.schedule == "seesaw" and compiled == [(shape, seesaw, "cpu", [100, 100])]
 
 
 @pytest.mark.parametrize("seqlen, schedule", [(1, "pipelined"), (64, "pipelined"), (65, "seesaw"),
@@ -285,22 +284,23 @@ def test_a_commit_whose_seesaw_does_not_load_is_not_cached_half_loaded(kernel_co
             interleaved.kernel_module_at(kernel_commits.repo, broken)
 
 
-def test_the_re_measure_runs_a_paged_seesaw_case_with_the_commits_hopper_config(kernel_commits):
-    """The paged fallback as the re-measure reads a commit: the hopper family's entry of that commit's tuned table
-    (its quick-grid shapes are tuned: threads and policy differ from HOPPER's), as impls.paged_config does today."""
+@pytest.mark.parametrize("impl", ["tilelang-seesaw", "tilelang-hopper"])
+def test_the_re_measure_runs_a_paged_case_with_the_commits_own_paged_rule(kernel_commits, impl):
+    """A commit's paged config as the re-measure reads it: its own rule (paged_config) over its own table, for every
+    family, as impls.paged_config does today: the seesaw over pages, and hopper's tuned entry on the balanced
+    schedule (its quick-grid shapes are tuned: threads and policy differ from HOPPER's)."""
     from mlagate.case import Case
     from mlagate.measure import impls, interleaved
 
     commit = kernel_commits({"mla_decode.py": "head"})
     module = interleaved.kernel_module_at(kernel_commits.repo, commit)
-    case = Case("tilelang-seesaw", 64, 4096, "float16", 16, workload="uniform-paged@x", page_size=64,
-                lengths=(4096,) * 64)
+    case = Case(impl, 64, 4096, "float16", 16, workload="uniform-paged@x", page_size=64, lengths=(4096,) * 64)
     config = interleaved.case_config_at(kernel_commits.repo, commit, module, case, "sm_90")
-    today = impls.paged_config("tilelang-seesaw", m.Shape(batch=64, seqlen=4096, heads=16), "sm_90")
-    assert (config.name, config.schedule) == ("hopper", "pipelined") and config != module.HOPPER
+    today = impls.paged_config(impl, m.Shape(batch=64, seqlen=4096, heads=16), "sm_90")
+    assert config.name == impl.removeprefix("tilelang-") and config.num_split == 0
     assert dataclasses.asdict(config) == dataclasses.asdict(today)
-    dense = dataclasses.replace(case, workload="dense", lengths=())
-    assert interleaved.case_config_at(kernel_commits.repo, commit, module, dense, "sm_90").schedule == "seesaw"
+    if impl == "tilelang-hopper":
+        assert config.threads != module.HOPPER.threads  # the tuned entry, not the default
 
 
 def test_a_ladder_over_a_seesaw_cache_of_one_tile_is_refused_naming_the_grid(tmp_path):

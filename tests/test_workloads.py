@@ -196,16 +196,16 @@ def test_a_results_file_that_mixes_the_grid_and_the_workloads_is_refused(tmp_pat
         parse_results_file(path)
 
 
-def test_a_workload_case_is_named_for_the_kernel_it_runs():
-    """The paged kernel is pipelined only: the seesaw's workload cases run the hopper family's config, and their
-    label says so (case.PAGED_KERNEL_OF must agree with kernels/mla_decode.py paged_config)."""
-    from mlagate.case import PAGED_KERNEL_OF, TILELANG_PREFIX
+def test_a_workload_case_runs_its_own_familys_kernel_over_pages_and_is_named_so():
+    """Every family runs its own kernel over pages, the balanced schedule (num_split 0): no label names another
+    family's but an fp8 cache's (the seesaw has none: case.FP8_KERNEL_OF)."""
     from mlagate.kernels import mla_decode
 
-    runs = {TILELANG_PREFIX + name: TILELANG_PREFIX + mla_decode.paged_config(c, mla_decode.CONFIGS.get).name
-            for name, c in mla_decode.CONFIGS.items()}
-    assert {impl: other for impl, other in runs.items() if other != impl} == PAGED_KERNEL_OF
+    for c in mla_decode.CONFIGS.values():
+        assert mla_decode.paged_config(c) == c.with_(num_split=0)
     seesaw = ("tilelang-seesaw", 64, 4096, "float16", 16, 1, "float16", RAGGED.tag(64))
-    assert Case(*seesaw).label() == ("tilelang-seesaw h=16 b=64 s=4096 float16 ragged-4k "
-                                     "(runs tilelang-hopper's paged kernel)")
+    assert Case(*seesaw).label() == "tilelang-seesaw h=16 b=64 s=4096 float16 ragged-4k"
     assert Case(*seesaw[:5]).label() == "tilelang-seesaw h=16 b=64 s=4096 float16"
+    fp8 = Case(*seesaw[:6], "float8_e4m3fn", seesaw[-1])
+    assert fp8.label() == ("tilelang-seesaw h=16 b=64 s=4096 float16 kv=float8_e4m3fn ragged-4k "
+                           "(runs tilelang-hopper's kernel)")

@@ -50,8 +50,7 @@ def tilelang_config(impl: str, shape, arch: str):
 
 def paged_config(impl: str, mean_shape, arch: str):
     """The config a paged batch of ``impl`` runs (mla_decode.paged_config), from the committed table."""
-    return mla_decode.paged_config(tilelang_config(impl, mean_shape, arch),
-                                   lambda family: tilelang_config(TILELANG_PREFIX + family, mean_shape, arch))
+    return mla_decode.paged_config(tilelang_config(impl, mean_shape, arch))
 
 
 def case_kernel(case, arch: str):

@@ -108,11 +108,11 @@ def case_config_at(repo, commit, module, case: Case, arch: str):
     (mean) length, and for a paged batch the paged kernel's for that, by the commit's own rule and table."""
     shape = dense_shape(module, case)
     config = config_at(repo, commit, module, case.impl[len(TILELANG_PREFIX):], shape, arch)
-    if case.paged and config.schedule != "pipelined":
-        if not hasattr(module, "paged_config"):
-            raise ConfirmError(f"{case.label()}: {KERNEL_FILE} at {commit[:12]} has no paged kernel for the "
-                               f"{config.schedule} schedule")
+    if case.paged and hasattr(module, "paged_config"):
         config = module.paged_config(config, lambda family: config_at(repo, commit, module, family, shape, arch))
+    elif case.paged and config.schedule != "pipelined":
+        raise ConfirmError(f"{case.label()}: {KERNEL_FILE} at {commit[:12]} has no paged kernel for the "
+                           f"{config.schedule} schedule")
     check_buildable(module, config, commit)
     return config
 

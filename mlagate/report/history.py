@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from mlagate import gitops
-from mlagate.case import PAGED_KERNEL_OF, PARAM_NAMES, WORKLOAD_TAG_MARK, Case
+from mlagate.case import PARAM_NAMES, WORKLOAD_TAG_MARK, Case
 from mlagate.decide import acceptance, verdict
 from mlagate.decide.vocabulary import Outcome, Status
 from mlagate.report.page import STYLE, escape, table
@@ -107,12 +107,6 @@ def workload_name(case: Case) -> str:
     return case.workload.partition(WORKLOAD_TAG_MARK)[0]
 
 
-def workload_cell(case: Case) -> str:
-    """The workload's name, and the kernel a workload case runs where it is another family's."""
-    runs = PAGED_KERNEL_OF.get(case.impl) if case.paged else None
-    return escape(workload_name(case)) + (f" <small>runs {escape(runs)}'s paged kernel</small>" if runs else "")
-
-
 def page_name(case: Case) -> str:
     """The case's page: its key, with s_q past one query token and the cache's dtype where it is not the query's
     only (a link from before the q_len and kv_dtype axes holds)."""
@@ -194,7 +188,7 @@ def trend_section(cfg, out, recent: list, machine: str, marks: dict, impl_order,
         page = write_case_page(out, cfg, case, values, recent, marks, machine)
         impl = (f'<a href="{escape(asv_link(case))}">{escape(case.impl)}</a>' if asv_link else escape(case.impl))
         rows.append("<tr>" + f"<td>{impl}</td>" + "".join(f"<td>{escape(v)}</td>" for v in case.key[1:5])
-                    + f'<td title="{escape(case.workload)}">{workload_cell(case)}</td>'
+                    + f'<td title="{escape(case.workload)}">{escape(workload_name(case))}</td>'
                     + f'<td><a href="{escape(page)}">trend</a></td>'
                     + "".join(_cell_html(c) for c in cells(case, values, commits, marks, cfg.gate.threshold))
                     + "</tr>")

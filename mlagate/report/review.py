@@ -91,12 +91,9 @@ def case_files(key: tuple, arch: str | None) -> set:
     paged = workload != "dense"
     family = impl.removeprefix(TILELANG_PREFIX)
     schedule = mla_decode.CONFIGS[family].schedule if family in mla_decode.CONFIGS else None
-    if paged:  # workload cases run the pipelined paged kernel (mla_decode.paged_config)
-        files |= module_files("mla_decode_paged", "tuned")
-    else:
-        files |= module_files("mla_decode", "tuned")
-        if schedule in mla_decode.SCHEDULE_MODULES:
-            files |= module_files(mla_decode.SCHEDULE_MODULES[schedule])
+    files |= module_files("mla_decode_paged" if paged else "mla_decode", "tuned")
+    if schedule in mla_decode.SCHEDULE_MODULES:  # over pages too (mla_decode.paged_config)
+        files |= module_files(mla_decode.SCHEDULE_MODULES[schedule])
     tables = [tuned.table_path(arch)] if arch else sorted(tuned.TABLE_DIR.glob("*.yaml"))
     files |= {f"kernels/tuned/{t.name}" for t in tables}
     return files
