@@ -7,7 +7,7 @@ One skewed batch per (heads, s_q): perf.yml's few-long-2k lengths at ``--batch``
 sequence (the longest a cache holds), pages of the config's page size (64 on Hopper; 1 too for the pipelined
 configs, whose pages of 1 take the gathered-row path) handed out shuffled, through
 `mla_decode_paged.mla_decode_paged` with the config a workload case of the family runs (measure.impls.paged_config,
-the tuned table's at the batch's mean length; for the seesaw, the seesaw over pages), each output
+the tuned table's at the batch's mean length: for the seesaw, the seesaw over pages), each output
 checked against the float32 reference at rtol = atol = 0.01. memcheck reports any out-of-bounds or misaligned
 access; the script prints each batch's max abs error.
 """
@@ -17,11 +17,12 @@ import argparse
 LONGEST = 131072
 
 
-def batches(batch: int) -> list:
-    """The lengths of the skewed batch: few-long-2k's ``batch`` sequences, one of 1 token and one of LONGEST."""
+def batches(batch: int, s_q: int = 1) -> list:
+    """The lengths of the skewed batch: few-long-2k's ``batch`` sequences, one of 1 token and one of LONGEST; each
+    at least s_q tokens (a cache holds its s_q new tokens)."""
     from mlagate import config as config_mod
 
-    return [*config_mod.load().workloads["few-long-2k"].lengths(batch), 1, LONGEST]
+    return [max(n, s_q) for n in [*config_mod.load().workloads["few-long-2k"].lengths(batch), 1, LONGEST]]
 
 
 def main(argv=None):
@@ -42,13 +43,11 @@ def main(argv=None):
     from mlagate.measure.harness import check_output
 
     arch = mla_decode.device_arch(torch.device("cuda"))
-    lengths = batches(args.batch)
     for heads in args.heads or [16, 128]:
         for s_q in args.s_q or [1, 2]:
+            lengths = batches(args.batch, s_q)
             mean = paged.PagedShape.holding(lengths, heads, 64, args.dtype, s_q=s_q).at_mean_length(lengths)
             config = impls.paged_config(f"tilelang-{args.config}", mean, arch)
-            if args.config == "seesaw":  # the seesaw over pages (its workload cases run hopper's kernel today)
-                config = impls.tilelang_config("tilelang-seesaw", mean, arch).with_(num_split=0)
             for page_size in (64,) if config.schedule == "seesaw" else (64, 1):
                 inputs = paged.random_paged_inputs(len(lengths), heads, lengths, page_size, args.dtype,
                                                    device="cuda", seed=0, s_q=s_q)

@@ -49,9 +49,10 @@ def test_each_case_names_the_kernel_its_launch_compiles(launches, impl):
         assert impls.case_kernel(case, "sm_90") == launches.pop(), case.label()
 
 
-def test_the_seesaws_paged_kernel_is_the_hopper_familys_and_other_impls_have_none():
+def test_the_seesaws_paged_kernel_is_the_seesaw_over_pages_and_other_impls_have_none():
     paged = next(c for c in QUICK if c.impl == "tilelang-seesaw" and c.paged)
-    assert impls.case_kernel(paged, "sm_90")[1].schedule == "pipelined"
+    assert (impls.case_kernel(paged, "sm_90")[1].schedule, impls.case_kernel(paged, "sm_90")[1].num_split) == \
+        ("seesaw", 0)
     assert {impls.case_kernel(c, "sm_90") for c in QUICK if not c.impl.startswith("tilelang-")} == {None}
 
 

@@ -270,3 +270,4 @@ def test_sanitize_paged_skews_few_long_2k_with_the_shortest_and_longest_sequence
     lengths = sanitize_paged.batches(64)
     assert len(lengths) == 66 and lengths[-2:] == [1, 131072]
     assert lengths[:64] == list(config.load().workloads["few-long-2k"].lengths(64))
+    assert min(sanitize_paged.batches(64, 2)) == 2  # a cache holds its s_q new tokens (check_paged_inputs)
