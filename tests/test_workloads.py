@@ -209,3 +209,16 @@ def test_a_workload_case_runs_its_own_familys_kernel_over_pages_and_is_named_so(
     fp8 = Case(*seesaw[:6], "float8_e4m3fn", seesaw[-1])
     assert fp8.label() == ("tilelang-seesaw h=16 b=64 s=4096 float16 kv=float8_e4m3fn ragged-4k "
                            "(runs tilelang-hopper's kernel)")
+
+
+def test_a_workload_case_depends_on_its_familys_kernel_files_over_pages():
+    """The reviewer's list of changed files a failing case depends on (report/review.case_files): a seesaw
+    workload case is built from the seesaw's file too, the hopper family's is not."""
+    from mlagate.report.review import case_files
+
+    key = ("tilelang-seesaw", 64, 4096, "float16", 16, 1, "float16", RAGGED.tag(64))
+    files = case_files(key, "sm_90")
+    assert {"kernels/mla_decode_seesaw.py", "kernels/mla_decode_paged.py", "kernels/mla_decode.py",
+            "kernels/tuned/sm_90.yaml"} <= files
+    hopper = case_files(("tilelang-hopper", *key[1:]), "sm_90")
+    assert "kernels/mla_decode_paged.py" in hopper and "kernels/mla_decode_seesaw.py" not in hopper
