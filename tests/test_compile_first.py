@@ -51,8 +51,8 @@ def test_each_case_names_the_kernel_its_launch_compiles(launches, impl):
 
 def test_the_seesaws_paged_kernel_is_the_seesaw_over_pages_and_other_impls_have_none():
     paged = next(c for c in QUICK if c.impl == "tilelang-seesaw" and c.paged)
-    assert (impls.case_kernel(paged, "sm_90")[1].schedule, impls.case_kernel(paged, "sm_90")[1].num_split) == \
-        ("seesaw", 0)
+    config = impls.case_kernel(paged, "sm_90")[1]
+    assert (config.schedule, config.num_split) == ("seesaw", 0)
     assert {impls.case_kernel(c, "sm_90") for c in QUICK if not c.impl.startswith("tilelang-")} == {None}
 
 

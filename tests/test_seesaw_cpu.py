@@ -301,6 +301,9 @@ def test_the_re_measure_runs_a_paged_case_with_the_commits_own_paged_rule(kernel
     assert dataclasses.asdict(config) == dataclasses.asdict(today)
     if impl == "tilelang-hopper":
         assert config.threads != module.HOPPER.threads  # the tuned entry, not the default
+    dense = dataclasses.replace(case, workload="dense", lengths=())
+    assert interleaved.case_config_at(kernel_commits.repo, commit, module, dense, "sm_90").schedule == \
+        ("seesaw" if impl == "tilelang-seesaw" else "pipelined")
 
 
 def test_a_ladder_over_a_seesaw_cache_of_one_tile_is_refused_naming_the_grid(tmp_path):
