@@ -178,6 +178,11 @@ class Schedule:
     parts: tuple
     seq_pieces: tuple
 
+    @property
+    def merged(self) -> tuple:
+        """The sequences split into more than one piece: the ones whose partials a combine merges."""
+        return tuple(seq for seq, (first, end) in enumerate(self.seq_pieces) if end - first > 1)
+
     def tiles_per_part(self, block_N: int, piece_cost: int | None = None) -> list:
         """Each partition's work in tiles, a piece's fixed cost (default: piece_cost_tiles) included: the makespan is
         the largest."""
@@ -401,14 +406,15 @@ class CompiledPagedDecode(dense.CompiledProgram):
         return balanced_schedule(lengths, self.plan.config.block_N, self.plan.parts)
 
     def batch(self, sched: Schedule, device) -> tuple:
-        """``sched`` as the kernel reads it (Parts, Pieces, Seq_pieces; int32) with its workspace (glse, O_partial,
-        float32)."""
+        """``sched`` as the kernel reads it (Parts, Pieces, Seq_pieces, and the seesaw's Merged: its combine's
+        sequences, [-1] for none; int32) with its workspace (glse, O_partial, float32)."""
         import torch
 
         rows, dim = self.plan.shape.rows, self.plan.shape.dim
         i32 = dict(dtype=torch.int32, device=device)
+        merged = (torch.tensor(sched.merged or (-1,), **i32),) if self.plan.config.schedule == "seesaw" else ()
         return (torch.tensor(sched.parts, **i32), torch.tensor(sched.pieces, **i32),
-                torch.tensor(sched.seq_pieces, **i32),
+                torch.tensor(sched.seq_pieces, **i32), *merged,
                 torch.empty(len(sched.pieces), rows, device=device, dtype=torch.float32),
                 torch.empty(len(sched.pieces), rows, dim, device=device, dtype=torch.float32))
 

@@ -433,7 +433,7 @@ def paged_program(p):
     head_blocks = rows // valid
     scale = s.scale
     parts = p.parts
-    num_pages, num_pieces = T.dynamic("num_pages"), T.dynamic("num_pieces")
+    num_pages, num_pieces, num_merged = T.dynamic("num_pages"), T.dynamic("num_pieces"), T.dynamic("num_merged")
 
     @T.macro
     def finish_piece(acc_o, O_s, col, row_max, row_sum, writes_lse, outs, lses, seq, by, piece):
@@ -471,6 +471,7 @@ def paged_program(p):
             Parts: T.Tensor([parts, 2], index),
             Pieces: T.Tensor([num_pieces, 3], index),
             Seq_pieces: T.Tensor([batch, 2], index),
+            Merged: T.Tensor([num_merged], index),
             glse: T.Tensor([num_pieces, rows], accum),
             O_partial: T.Tensor([num_pieces, rows, dim], accum),
             Output: T.Tensor([batch, rows, dim], dtype),
@@ -481,8 +482,11 @@ def paged_program(p):
             attend(Q, Q_pe, KV, K_pe, Block_table, Cache_seqlens, Parts, Pieces, 0, by, bz, 0, 0, (O_partial, Output),
                    (glse, Lse, Seq_pieces))
 
-        with T.Kernel(rows, batch, threads=128) as (hid, bid):
-            if Seq_pieces[bid, 1] - Seq_pieces[bid, 0] > 1:
+        # Only the sequences split into pieces (Schedule.merged; -1 where none is): a thread block per (row, sequence)
+        # of the whole batch costs microseconds when few or none are split.
+        with T.Kernel(rows, num_merged, threads=128) as (hid, m):
+            bid = Merged[m]
+            if bid >= 0:
                 mla_decode.combine_macro(dim, mla_decode_paged.balanced_piece(Seq_pieces))(
                     glse, O_partial, Output, Lse, bid, hid, Seq_pieces[bid, 1] - Seq_pieces[bid, 0])
 

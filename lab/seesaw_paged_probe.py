@@ -13,7 +13,9 @@ through FlashMLA, tilelang-hopper and tilelang-seesaw as the product launches th
 seesaw over pages at its schedule's piece cost, mla_decode_paged.piece_cost_tiles) and the seesaw again at each
 --piece-cost, in pairs of tiles (the schedule is runtime data, one compile serves them all), each checked, then timed
 with the project's one clock (measure.timer.time_gpu, the `record` budget): microseconds and the ratio to FlashMLA;
-and each GPU kernel's mean time (torch.profiler) of FlashMLA and tilelang-seesaw, so the combine's share shows.
+and each GPU kernel's mean time (torch.profiler) of FlashMLA and tilelang-seesaw, so the combine's share shows; for a
+uniform workload, FlashMLA and the seesaw on a dense cache of the same lengths too (what pages and schedule cost),
+and the seesaw over the same pages in sequence order (what their scatter costs).
 """
 
 import argparse
@@ -139,6 +141,25 @@ def main(argv=None):
                       flush=True)
             except Exception as e:  # noqa: BLE001 - a probe: the profiler may be unavailable
                 print(f"  kernels of {impl}: {type(e).__name__}: {str(e)[:200]}")
+        if w.distribution == "uniform":  # the same work on a dense cache: what the pages and the schedule cost
+            dense = Inputs(Case("tilelang-seesaw", batch, w.mean, dtype, heads, q_len=s_q), device)
+            for impl in ("flash_mla", "tilelang-seesaw"):
+                launch = impls.prepare(impl, dense.tensors, device)
+                check_output(launch(), dense.expected)
+                dense_us = median(time_gpu(launch, cfg.timing, "record", device=device).times_ms) * 1e3
+                print(f"  dense {name} b{batch} h{heads} s_q{s_q} {impl}: {dense_us:.1f} µs; {kernel_times(launch)}",
+                      flush=True)
+            del dense
+            # the same pages in sequence order: what their scatter costs
+            ordered = paged.random_paged_inputs(batch, heads, lengths, 64, dtype, device=device, seed=1, s_q=s_q,
+                                                shuffle=False)
+            launch_ordered = paged.compiled(shape, seesaw_paged_config(shape.at_mean_length(lengths), arch), device,
+                                            lengths)
+            ordered_us = median(time_gpu(lambda: launch_ordered(*ordered, out, lse), cfg.timing, "record",
+                                         device=device).times_ms) * 1e3
+            print(f"  pages in order {name} b{batch} h{heads} s_q{s_q} tilelang-seesaw: {ordered_us:.1f} µs",
+                  flush=True)
+            del ordered
         fm = us.get("flash_mla")
         cells = [f"{us[k]:.1f} | {fm / us[k]:.3f}" if k in us and fm else "- | -" for k in columns]
         row = f"| {name} | {batch} | {heads} | {s_q} | {dtype} | {fm or float('nan'):.1f} | "

@@ -159,12 +159,14 @@ def test_the_balanced_schedule_of_a_hand_computed_batch():
                             (1, 18880, 23680), (1, 23680, 28480), (1, 28480, 32768), (2, 0, 100), (3, 0, 4096))
     assert sched.parts == ((0, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 9), (9, 10))
     assert sched.seq_pieces == ((0, 1), (1, 8), (8, 9), (9, 10))
+    assert sched.merged == (1,)  # the one sequence in pieces: the seesaw's combine merges it alone
     assert sched.tiles_per_part(64, 4) == [79, 79, 79, 79, 79, 79, 77, 68]
 
 
 def test_a_batch_of_sequences_shorter_than_one_tile_gets_a_partition_each():
     sched = p.balanced_schedule([5, 1, 63], block_N=64, parts=132, piece_cost=4)  # share: ceil(15 / 132) + 4 = 5
     assert sched.pieces == ((0, 0, 5), (1, 0, 1), (2, 0, 63))
+    assert sched.merged == ()  # nothing to merge
     assert sched.parts[:4] == ((0, 1), (1, 2), (2, 3), (3, 3)) and set(sched.parts[3:]) == {(3, 3)}
 
 
