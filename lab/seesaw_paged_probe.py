@@ -121,7 +121,8 @@ def main(argv=None):
                     lengths=tuple(lengths))
         inputs = Inputs(case, device)
         tensors = tuple(inputs.tensors)[:6]
-        kernel = paged.compiled(shape, seesaw_paged_config(shape.at_mean_length(lengths), arch), device)
+        config = seesaw_paged_config(shape.at_mean_length(lengths), arch)
+        kernel = paged.compiled(shape, config, device)
         out, lse = torch.empty_like(tensors[0]), torch.empty(tensors[0].shape[:-1], device=device)
         launches = {impl: impls.prepare(impl, inputs.tensors, device) for impl in ["flash_mla", *columns[:2]]}
         for column, cost in zip(columns[2:], costs):
@@ -153,8 +154,7 @@ def main(argv=None):
             # the same pages in sequence order: what their scatter costs
             ordered = paged.random_paged_inputs(batch, heads, lengths, 64, dtype, device=device, seed=1, s_q=s_q,
                                                 shuffle=False)
-            launch_ordered = paged.compiled(shape, seesaw_paged_config(shape.at_mean_length(lengths), arch), device,
-                                            lengths)
+            launch_ordered = paged.compiled(shape, config, device, lengths)
             ordered_us = median(time_gpu(lambda: launch_ordered(*ordered, out, lse), cfg.timing, "record",
                                          device=device).times_ms) * 1e3
             print(f"  pages in order {name} b{batch} h{heads} s_q{s_q} tilelang-seesaw: {ordered_us:.1f} µs",
