@@ -337,3 +337,22 @@ def test_the_re_measure_refuses_a_commit_that_cannot_build_its_own_seesaw_case(k
     case = Case("tilelang-seesaw", 64, 4096, "float16", 16, workload=workload, page_size=64, lengths=lengths)
     with pytest.raises(interleaved.ConfirmError, match=message):
         interleaved.case_config_at(kernel_commits.repo, commit, module, case, "sm_90")
+
+
+@pytest.mark.parametrize("lengths, merged", [([100, 100], [-1]),    # nothing split: the sentinel, never an empty grid
+                                             ([100, 60000], [1])])   # the long one in pieces: it alone
+def test_the_seesaw_over_pages_launches_its_combine_over_split_sequences_only(lengths, merged):
+    """CompiledPagedDecode.batch hands the seesaw's combine ``Merged``: the sequences in pieces, or [-1] when none
+    is (a zero-size grid does not launch); the pipelined balanced kernel's combine merges every sequence and takes
+    no such argument. Built without compiling: batch() reads the plan alone."""
+    from mlagate.kernels import mla_decode_paged as paged
+
+    shape = paged.PagedShape(batch=2, heads=16, max_pages=1024, page_size=64)
+    launched = {}
+    for config in (m.SEESAW, m.HOPPER.with_(num_split=0)):
+        kernel = object.__new__(paged.CompiledPagedDecode)
+        kernel.plan = paged.plan(shape, config, "sm_90")
+        launched[kernel.plan.config.schedule] = kernel.batch(kernel.schedule(lengths), "cpu")
+    seesaw, pipelined = launched["seesaw"], launched["pipelined"]
+    assert seesaw[3].tolist() == merged
+    assert [t.dtype for t in pipelined] == [seesaw[i].dtype for i in (0, 1, 2, 4, 5)]  # no Merged
