@@ -921,3 +921,25 @@ def test_gate_confirm_unsure_is_fail_or_pass_and_nothing_else():
         config.parse(with_values(gate__confirm__unsure=True))
     with pytest.raises(config.ConfigError, match=r"^gate.confirm.rounds: unknown key"):
         config.parse(with_values(gate__confirm__rounds=10))  # the fixed round count is gone
+
+
+@pytest.mark.parametrize("base_ratio, head_ratio", [(0.8, -0.5), (-0.8, 0.8), (0.8, math.inf), (0.8, math.nan)])
+def test_a_vendor_ratio_that_is_no_positive_finite_number_is_an_error_naming_both(base_ratio, head_ratio):
+    cv = one(evaluate(base_ratio=base_ratio, head_ratio=head_ratio))
+    assert cv.status == Status.ERROR
+    assert notes(cv.reasons) == [(Kind.BAD_RATIO, f"vendor ratio not a finite number > 0 (base {base_ratio}, head "
+                                                  f"{head_ratio})")]
+
+
+def test_an_fp8_cache_without_its_vendors_kernel_for_the_query_tokens_names_fp8_vendor_keys():
+    raw = copy.deepcopy(RAW)
+    raw["gate"]["gated"] = ["tilelang-hopper", "tilelang-cdna3"]
+    raw["platforms"]["cuda"]["tilelang"] = "tilelang-hopper"
+    raw["platforms"]["cuda"]["fp8_vendor"].update(heads=[16, 32], q_len_heads=[32])
+    cfg = config.parse(raw)
+    fp8 = ("tilelang-hopper", 64, 4096, "bfloat16", 16, 2, "float8_e4m3fn", "dense")
+    cv = one(evaluate(case=fp8, head_ratio=None, cfg=cfg))
+    assert cv.status == Status.PASS
+    assert notes(cv.warnings) == [(Kind.NO_VENDOR_KERNEL, "no vendor ratio: flashinfer has no 16-head kernel for 2 "
+                                                          "query tokens (perf.yml fp8_vendor.q_len_heads [32]); gated "
+                                                          "on latency alone")]

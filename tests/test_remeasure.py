@@ -270,3 +270,33 @@ def test_the_stop_rule_holds_a_clear_case_to_min_rounds():
     fast = tuple(1e-4 * (1 + 1e-4 * i) for i in range(50))
     assert not enough({"base": [fast] * 3, "head": [slow] * 3}, 0.0)
     assert enough({"base": [fast] * 4, "head": [slow] * 4}, 0.0)
+
+
+def test_both_medians_intervals_take_the_callers_confidence():
+    """change_interval at 50%: the ratio of the far ends of both medians' 50% intervals (not one side's 99%)."""
+    base = tuple(1.0 + 0.01 * i for i in range(41))
+    head = tuple(1.1 + 0.02 * i for i in range(41))
+    (b_lo, b_hi), (h_lo, h_hi) = summary.median_ci(base, 0.5), summary.median_ci(head, 0.5)
+    assert stats.change_interval(base, head, 0.5) == (h_lo / b_hi - 1, h_hi / b_lo - 1)
+    assert stats.change_interval(base, head, 0.5) != stats.change_interval(base, head)
+
+
+def test_no_round_yet_continues_with_no_interval_and_zero_rounds():
+    assert judge([], []) == remeasure.Judgement(Step.CONTINUE, None, 0)
+
+
+def test_a_continuing_case_carries_its_interval_so_far():
+    fast, slow = [tuple(1e-4 * (1 + 1e-4 * i) for i in range(50))] * 2, [tuple(1.2e-4 * (1 + 1e-4 * i)
+                                                                           for i in range(50))] * 2
+    j = judge(fast, slow)  # clear, but under min_rounds: it goes on, and says where the interval stands
+    assert j.step is Step.CONTINUE and j.rounds == 2
+    assert j.interval == stats.change_interval(remeasure.pooled(fast), remeasure.pooled(slow))
+
+
+def test_the_judge_passes_its_confidence_to_the_interval():
+    """A 4% slowdown with a wide spread: its 99% interval straddles the threshold, its 50% one lies above it."""
+    rng = np.random.default_rng(3)
+    base, head = normal_rounds(rng, 1.0, 0.05, 6, n=20), normal_rounds(rng, 1.04, 0.05, 6, n=20)
+    limits = dict(threshold=THRESHOLD, min_rounds=6, max_rounds=30, elapsed_s=0.0, budget_s=120.0)
+    assert remeasure.judge(base, head, **limits).step is Step.CONTINUE
+    assert remeasure.judge(base, head, confidence=0.5, **limits).step is Step.REGRESSION

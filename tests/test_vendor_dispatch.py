@@ -145,3 +145,27 @@ def test_a_torch_that_cannot_watch_gpu_kernels_names_none_and_launches_nothing_e
     monkeypatch.setattr(torch.profiler, "supported_activities", lambda: {torch.profiler.ProfilerActivity.CPU})
     calls = []
     assert kernels_run(lambda: calls.append(1)) == () and calls == []
+
+
+def test_an_fp8_cache_reads_its_own_row_of_the_vendor_kernels():
+    """A bf16 query over an e4m3 cache ran another vendor kernel than over a bf16 cache: its row is "/kv=F"."""
+    env = {"start": {"vendors": {"flashinfer": {"version": "0.7", "kernels": {
+        "bfloat16/16": {"kernel": "bf16_cache"}, "bfloat16/16/kv=float8_e4m3fn": {"kernel": "e4m3_cache"}}}}}}
+    fp8 = ("tilelang-hopper", 64, 4096, "bfloat16", 16, 1, "float8_e4m3fn", "dense")
+    assert vendor_kernel(env, "flashinfer", fp8) == ("0.7", "e4m3_cache")
+    assert vendor_kernel(env, "flashinfer", fp8[:6] + ("bfloat16", "dense")) == ("0.7", "bf16_cache")
+
+
+def test_a_version_change_on_a_side_that_names_no_kernel_says_its_kernel(root):
+    drop_ratio(root, fx.HOPPER_64)
+    name_vendor(root, fx.BASE, "1.0.0")
+    name_vendor(root, fx.DOCS, "1.0.1", {"float16/128": {"kernel": "decode_b"}})
+    cv = {c.case: c for c in fx.evaluate(root, head=fx.DOCS, envs=envs(root)).cases}[fx.HOPPER_64]
+    (note,) = [w for w in cv.warnings if w.kind is Kind.VENDOR_CHANGED]
+    assert note.text.startswith("vendor kernel changed: flash_mla 1.0.0 ran its kernel in base, 1.0.1 decode_b in "
+                                "head; the ratio")
+    name_vendor(root, fx.BASE, "1.0.0", {"float16/128": {"kernel": "decode_a"}})
+    name_vendor(root, fx.DOCS, "1.0.1")
+    cv = {c.case: c for c in fx.evaluate(root, head=fx.DOCS, envs=envs(root)).cases}[fx.HOPPER_64]
+    (note,) = [w for w in cv.warnings if w.kind is Kind.VENDOR_CHANGED]
+    assert "flash_mla 1.0.0 ran decode_a in base, 1.0.1 its kernel in head;" in note.text
