@@ -660,3 +660,28 @@ def test_untouched_cases_keep_their_clock_read_changes_and_the_table_shows_their
                           "steps_run": runs, "gate": {"screen": 0.0125, "threshold": 0.025}, "table": table,
                           "summary": ladder.summary(table, (0,)), "untouched": [floor]})
     assert f"| {UNSPUN.label()} | 3 | 0.40 | 0.35 | 0.21 | 0.20 | 0 | – | 3 of 3 | 0 |" in md
+
+
+@pytest.mark.parametrize("row_axes", [{"q_len": 2, "kv_dtype": "float8_e4m3fn"}, {}])
+def test_the_clock_reading_finds_each_cases_windows_by_its_whole_key(row_axes):
+    """An untouched fp8-cache or MTP case reads its windows' clocks (the ladder's normalized and binned columns): the
+    cases sidecar's rows key as the store's cases do, q_len and kv_dtype included (a row from before those axes
+    as one query token over a cache in the query's dtype). Before, rows keyed without kv_dtype and every clock
+    column read '–'."""
+    from mlagate.case import Case
+    from mlagate.decide import clock_compare
+    from mlagate.store.results import CommitResults
+    from mlagate.store.results_file import BENCH_TIME, Entry
+
+    case = Case("tilelang-seesaw", 64, 4096, "bfloat16", 16, **row_axes)
+    clocks = [1980] * 5 + [1800] * 5
+    times = tuple(t for c in clocks for t in [2e5 / (c * 1e6)] * 20)
+
+    def side(commit, times):
+        row = {"impl": case.impl, "batch": 64, "seqlen": 4096, "dtype": "bfloat16", "heads": 16, "workload": "dense",
+               **row_axes, "samples": {"windows": [{"samples": 20, "sm_mhz": c, "kept": True} for c in clocks]}}
+        return (CommitResults("m", commit, 0, [], {BENCH_TIME: {case.key: Entry("ok", times[50], times)}}),
+                {"results": [row]})
+
+    got = clock_compare.case_changes(*side("b", times), *side("h", tuple(t * 1.02 for t in times)), [case.key])
+    assert got[case.key] == pytest.approx({"raw": 0.02, "normalized": 0.02, "binned": 0.02})

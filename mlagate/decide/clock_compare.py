@@ -15,6 +15,7 @@ cases with lab/clock_study.py and the ladder's table.
 """
 
 import math
+from dataclasses import fields
 
 import numpy as np
 
@@ -81,11 +82,12 @@ def rms_pp(values) -> float | None:
 def case_changes(base, base_cases: dict | None, head, head_cases: dict | None, keys) -> dict:
     """{case key: changes(...)} for ``keys`` both records measured: ``base``/``head`` are store CommitResults,
     ``*_cases`` their cases sidecars (the windows); a case without windows on a side reads raw only."""
+    from mlagate.case import Case
     from mlagate.store.results_file import BENCH_TIME
 
-    def windows(sidecar):
+    def windows(sidecar):  # keyed as the store keys a case (Case.key: a row without q_len or kv_dtype reads as before)
         rows = (sidecar or {}).get("results") if isinstance(sidecar, dict) else None
-        return {(r["impl"], r["batch"], r["seqlen"], r["dtype"], r["heads"], r.get("q_len", 1), r["workload"]):
+        return {Case(**{f.name: r[f.name] for f in fields(Case) if f.name in r}).key:
                 (r.get("samples") or {}).get("windows") for r in rows or () if isinstance(r, dict)}
 
     bw, hw = windows(base_cases), windows(head_cases)
