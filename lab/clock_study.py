@@ -29,30 +29,16 @@ def study(store_path: str, base: str | None, touched: list) -> dict:
             min(recorded, key=lambda c: (store.read_sidecar(machine, c, "env") or {}).get("start", {}).get("time", ""))
         if first is None:
             raise SystemExit(f"{store_path}: no commit {base} recorded on {machine}")
-        windows = {c: {case_key(r): r["samples"].get("windows") for r in
-                       (store.read_sidecar(machine, c, "cases") or {}).get("results", []) if r.get("samples")}
-                   for c in recorded}
+        sidecars = {c: store.read_sidecar(machine, c, "cases") for c in recorded}
         for commit, results in recorded.items():
             if commit == first:
                 continue
-            for key, head in results.entries(BENCH_TIME).items():
-                b = recorded[first].entries(BENCH_TIME).get(key)
-                if not key[0].startswith("tilelang") or not b or b.status != "ok" or head.status != "ok":
-                    continue
+            keys = [k for k in results.entries(BENCH_TIME) if k[0].startswith("tilelang")]
+            changed = clock_compare.case_changes(recorded[first], sidecars[first], results, sidecars[commit], keys)
+            for key, got in changed.items():
                 label = case_label(key)
-                got = clock_compare.changes(b.samples, windows[first].get(sidecar_key(key)), head.samples,
-                                            windows[commit].get(sidecar_key(key)))
                 rows[(machine, commit[:10], label)] = (got, any(fnmatch.fnmatchcase(label, p) for p in touched))
     return rows
-
-
-def case_key(row) -> tuple:
-    return (row["impl"], row["batch"], row["seqlen"], row["dtype"], row["heads"], row.get("q_len", 1),
-            row["workload"])
-
-
-def sidecar_key(key) -> tuple:
-    return key if len(key) == 7 else (*key[:5], 1, key[-1])
 
 
 def main(argv=None):
