@@ -3,11 +3,15 @@ study over the demo's recorded H200 pair."""
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from mlagate.config import ROOT
 from mlagate.decide import clock_compare
+from mlagate.store.results import CommitResults, Store
+from mlagate.store.results_file import BENCH_TIME, Entry
 
 
 def windows(clocks, per=20):
@@ -113,3 +117,70 @@ def test_one_window_without_a_clock_leaves_normalized_none_and_bins_the_clocked_
     got = clock_compare.changes(timed([1980] * 2, change=0.02), head_windows, timed([1980] * 4), windows([1980] * 4))
     assert got == pytest.approx({"raw": 1 / 1.02 - 1, "normalized": None, "binned": 1 / 1.02 - 1})
 
+
+# -- case_changes and store_changes: the cases of two records ------------------------------------------------------
+
+FP16 = ("tilelang-seesaw", 64, 4096, "float16", 16, 1, "float16", "dense")
+FP8 = ("tilelang-seesaw", 64, 4096, "float16", 16, 2, "float8_e4m3fn", "dense")  # 2 query tokens, an fp8 cache
+NO_ROW, HEAD_FAILED, BASE_ONLY, NO_SAMPLES, NOT_ASKED = (("flash_mla", batch, 4096, "float16", 16, 1, "float16",
+                                                          "dense") for batch in (8, 16, 32, 64, 128))
+
+
+def recorded(commit, times: dict) -> CommitResults:
+    """A commit's latencies: {case key: samples, or an Entry as it is}."""
+    entries = {k: v if isinstance(v, Entry) else Entry("ok", float(np.median(v)), v) for k, v in times.items()}
+    return CommitResults("h200", commit, 0, [], {BENCH_TIME: entries})
+
+
+def row(key, kept, **fields):
+    """A cases sidecar row of ``key`` as a record writes it (q_len and kv_dtype as fields of their own)."""
+    names = ("impl", "batch", "seqlen", "dtype", "heads", "q_len", "kv_dtype", "workload")
+    return {**dict(zip(names, key)), "status": "ok", "samples": {"windows": kept}, **fields}
+
+
+def test_each_case_reads_its_own_windows_from_the_sidecars_rows_and_a_case_without_them_reads_raw():
+    """The rows are keyed as the store keys a case: a row from before q_len and kv_dtype is one query token on a
+    cache in the query's dtype; an fp8 cache's row (2 query tokens) is another case."""
+    base_clocks, head_clocks = [1980] * 6 + [1800] * 4, [1980] * 2 + [1800] * 8
+    legacy = {k: v for k, v in row(FP16, windows(base_clocks)).items() if k not in ("q_len", "kv_dtype")}
+    base = recorded("b" * 40, {FP16: timed(base_clocks), FP8: timed([1800] * 4), NO_ROW: timed([1980] * 2),
+                               HEAD_FAILED: timed([1980]), BASE_ONLY: timed([1980]),
+                               NO_SAMPLES: Entry("ok", 1e-4), NOT_ASKED: timed([1980])})
+    head = recorded("h" * 40, {FP16: timed(head_clocks), FP8: timed([1800] * 4, change=0.02),
+                               NO_ROW: timed([1980] * 2, change=0.05), HEAD_FAILED: Entry("failed"),
+                               NO_SAMPLES: Entry("ok", 1e-4), NOT_ASKED: timed([1980])})
+    base_cases = {"results": [legacy, row(FP8, windows([1800] * 4)), row(NO_ROW, None, samples=None), "foreign"]}
+    head_cases = {"results": [row(FP16, windows(head_clocks)), row(FP8, windows([1800] * 4)),
+                              row(NO_ROW, windows([1980] * 2))]}
+    keys = [FP16, list(FP8), NO_ROW, HEAD_FAILED, BASE_ONLY, NO_SAMPLES]  # a verdict's JSON holds lists
+    got = clock_compare.case_changes(base, base_cases, head, head_cases, keys)
+    assert list(got) == [FP16, FP8, NO_ROW]  # a case that failed, lacks a side or its samples has no change
+    assert got[FP16] == pytest.approx({"raw": 1980 / 1800 - 1, "normalized": 0.0, "binned": 0.0}, abs=1e-12)
+    assert got[FP8] == pytest.approx({"raw": 0.02, "normalized": 0.02, "binned": 0.02})
+    assert got[NO_ROW] == pytest.approx({"raw": 0.05, "normalized": None, "binned": None})
+
+
+def test_sidecars_that_are_missing_or_not_objects_read_raw_only():
+    base = recorded("b" * 40, {FP16: timed([1980] * 2)})
+    head = recorded("h" * 40, {FP16: timed([1980] * 2, change=0.01)})
+    readable = {"results": [row(FP16, windows([1980] * 2))]}
+    for base_cases, head_cases in ((None, readable), (readable, ["not", "an", "object"]), (readable, {})):
+        got = clock_compare.case_changes(base, base_cases, head, head_cases, [FP16])
+        assert got == {FP16: pytest.approx({"raw": 0.01, "normalized": None, "binned": None})}
+
+
+DEMO_BASE, DEMO_HEAD = "0843a879", "91da13fe"  # the demo's H200 pair, recorded in that order
+
+
+def test_a_stores_two_commits_read_every_measured_case_with_its_windows():
+    """The demo pair: every case both measured (34 of 48) gets all three readings, binned none only where the two
+    records share no clock; the seesaw's 16-head fp16 cases moved with the clock."""
+    store = Store(ROOT / "demo" / "results")
+    cases = [SimpleNamespace(case=key) for key in store.load("h200", DEMO_BASE).entries(BENCH_TIME)]
+    got = clock_compare.store_changes(store, "h200", DEMO_BASE, DEMO_HEAD, cases)
+    assert len(cases) == 48 and len(got) == 34 and all(v["normalized"] is not None for v in got.values())
+    assert {k for k, v in got.items() if v["binned"] is None} == {
+        (impl, 128, 4096, "float16", 16, 1, "float16", "dense") for impl in ("torch", "triton")}
+    seesaw = ("tilelang-seesaw", 64, 4096, "float16", 16, 1, "float16", "dense")
+    assert got[seesaw] == pytest.approx({"raw": 0.0716050, "normalized": 0.0838974, "binned": 0.0607542}, abs=1e-7)
+    assert clock_compare.store_changes(store, "h200", DEMO_BASE, "0" * 40, cases) == {}  # a commit not recorded

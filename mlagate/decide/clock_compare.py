@@ -85,7 +85,8 @@ def case_changes(base, base_cases: dict | None, head, head_cases: dict | None, k
 
     def windows(sidecar):
         rows = (sidecar or {}).get("results") if isinstance(sidecar, dict) else None
-        return {(r["impl"], r["batch"], r["seqlen"], r["dtype"], r["heads"], r.get("q_len", 1), r["workload"]):
+        return {(r["impl"], r["batch"], r["seqlen"], r["dtype"], r["heads"], r.get("q_len", 1),
+                 r.get("kv_dtype") or r["dtype"], r["workload"]):  # the store's key: no kv_dtype, the query's
                 (r.get("samples") or {}).get("windows") for r in rows or () if isinstance(r, dict)}
 
     bw, hw = windows(base_cases), windows(head_cases)
