@@ -27,6 +27,16 @@ def test_two_gpus_that_disagree_are_both_flagged_and_one_gpu_has_nothing_to_comp
     assert compare_gpus({0: 100e-6}, 0.0125) == []
 
 
+def test_each_reading_names_its_gpu_in_index_order_and_a_gpu_exactly_at_the_screen_is_not_flagged():
+    """GPU 2 lies exactly the screen off its siblings: flagged only beyond it. A GPU without a UUID reads ""."""
+    screen = 101.25e-6 / 100e-6 - 1
+    readings = compare_gpus({2: 101.25e-6, 0: 100e-6, 1: 100e-6}, screen, {0: "GPU-0"})
+    assert [(r.gpu, r.uuid, r.median_s, r.flagged) for r in readings] == [
+        (0, "GPU-0", 100e-6, False), (1, "", 100e-6, False), (2, "", 101.25e-6, False)]
+    assert [r.off for r in readings] == pytest.approx([100 / 100.625 - 1, 100 / 100.625 - 1, 0.0125])
+    assert [r.flagged for r in compare_gpus({2: 101.26e-6, 0: 100e-6, 1: 100e-6}, screen)] == [False, False, True]
+
+
 def fake_run_on_each(medians_us):
     def run_on_each(case, timing, gpus, **_):
         return [CaseResult(case, RunStatus.OK, samples=Samples((medians_us[g] / 1e3,) * 20, "fake", 0, 0, "x",

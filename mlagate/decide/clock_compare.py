@@ -66,9 +66,8 @@ def changes(base_samples, base_windows, head_samples, head_windows) -> dict:
     b, h = windowed(base_samples, base_windows), windowed(head_samples, head_windows)
     if b is None or h is None:
         return {"raw": raw, "normalized": None, "binned": None}
-    clocks = [c for c, _ in (*b, *h) if c is not None]
-    reference = max(clocks) if clocks else None
-    nb, nh = (_normalized(b, reference), _normalized(h, reference)) if reference else (None, None)
+    reference = max((c for c, _ in (*b, *h) if c is not None), default=None)  # no clock: _normalized gives None
+    nb, nh = _normalized(b, reference), _normalized(h, reference)
     normalized = None if nb is None or nh is None else float(np.median(nh) / np.median(nb)) - 1
     return {"raw": raw, "normalized": normalized, "binned": _binned(b, h)}
 
