@@ -213,7 +213,7 @@ def record_problem(record, impl: str) -> str | None:
     if result.status == RunStatus.OK:  # a measurement that decides must be one: NaN would pass every comparison
         for key, (low, high) in MEASURED_BOUNDS.items():
             value = getattr(result, key)
-            if out_of_bounds(value, low, high) or value <= 0:
+            if out_of_bounds(value, low, high):  # both floors are > 0
                 return (f"result.{key}: an ok candidate's must be a finite number > 0 and within [{low:g}, "
                         f"{high:g}], got {_short(value)}")
     return None
