@@ -402,3 +402,45 @@ def test_only_a_clean_checkout_of_the_commit_counts_as_checked_out(tmp_path, rep
     assert record._is_checked_out(first, repo) is False
     (repo / "perf.yml").write_text("# changed, not committed\n")
     assert record._is_checked_out(head, repo) is False
+
+
+# -- installing a record: what a staging folder or a journal may not do --------------
+
+def test_a_staging_folder_without_the_machines_results_installs_nothing(tmp_path):
+    root = fx.copy_store(tmp_path)
+    before = snapshot(root)
+    (tmp_path / "staging").mkdir()
+    with files.store_lock(root), pytest.raises(StoreError) as refused:
+        files.install_record(tmp_path / "staging", root, fx.MACHINE)
+    assert str(refused.value) == f"{tmp_path / 'staging' / fx.MACHINE}: no asv results file to install"
+    assert snapshot(root) == before and control_files(root) == [files.LOCK]
+
+
+def journal(root, *entries):
+    (root / files.JOURNAL).write_text(json.dumps({"files": [{"path": p, "once": True, "text": t} for p, t in entries]}))
+
+
+@pytest.mark.parametrize("path", ["../outside.json", "h200/../../outside.json", "ABSOLUTE"])
+def test_a_journal_entry_outside_the_store_is_refused_and_written_nowhere(tmp_path, path):
+    root = fx.copy_store(tmp_path)
+    before = snapshot(root)
+    path = str(tmp_path / "outside.json") if path == "ABSOLUTE" else path
+    journal(root, (path, "{}"))
+    with pytest.raises(StoreError) as refused:
+        files.recover(root)
+    assert str(refused.value) == f"{root / files.JOURNAL}: a path outside the store: {path}"
+    assert not (tmp_path / "outside.json").exists() and snapshot(root) == before
+
+
+def test_a_journal_never_overwrites_a_file_of_the_store_with_other_content(tmp_path):
+    """An entry already in place with the same content (put there before a kill) is fine; other content is not
+    the record's, and stays."""
+    root = fx.copy_store(tmp_path)
+    before = snapshot(root)
+    taken = fx.results_file(root, fx.DOCS)
+    journal(root, (str(taken.relative_to(root)), taken.read_text()), (str(taken.relative_to(root)), "{}"))
+    with pytest.raises(StoreError) as refused:
+        files.recover(root)
+    assert str(refused.value) == (f"{taken}: exists with other content than the record being installed; "
+                                  "the store is append-only")
+    assert snapshot(root) == before
