@@ -444,3 +444,12 @@ def test_a_journal_never_overwrites_a_file_of_the_store_with_other_content(tmp_p
     assert str(refused.value) == (f"{taken}: exists with other content than the record being installed; "
                                   "the store is append-only")
     assert snapshot(root) == before
+
+
+def test_recover_finishes_a_killed_install_and_says_whether_there_was_one(tmp_path):
+    root = fx.copy_store(tmp_path)
+    before = snapshot(root)
+    assert files.recover(root) is False and snapshot(root) == before
+    journal(root, ("h200/new.sidecar", '{"a": 1}'))
+    assert files.recover(root) is True
+    assert snapshot(root) == {**before, "h200/new.sidecar": b'{"a": 1}'} and control_files(root) == []
