@@ -453,3 +453,11 @@ def test_recover_finishes_a_killed_install_and_says_whether_there_was_one(tmp_pa
     journal(root, ("h200/new.sidecar", '{"a": 1}'))
     assert files.recover(root) is True
     assert snapshot(root) == {**before, "h200/new.sidecar": b'{"a": 1}'} and control_files(root) == []
+
+
+def test_a_journal_with_an_infinite_number_is_refused_saying_what_the_file_should_be(tmp_path):
+    (tmp_path / files.JOURNAL).write_text('{"files": [], "written": Infinity}')
+    with pytest.raises(StoreError) as refused:
+        files.recover(tmp_path)
+    assert str(refused.value) == (f"{tmp_path / files.JOURNAL}: unreadable install journal (written: an infinite "
+                                  "number, not an install journal); move it away to go on")
