@@ -12,6 +12,7 @@ import pytest
 import gate_fixtures as fx
 from mlagate import cli
 from mlagate.case import PARAM_NAMES
+from mlagate.cli import flags
 from mlagate.store.results_file import BENCH_TIME, case_keys
 
 
@@ -445,6 +446,22 @@ def test_an_empty_revision_is_refused_naming_its_option(tmp_path, monkeypatch, c
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["lab/h200", "..", ".h200", "h 200", ""])
+@pytest.mark.parametrize("argv", [["record", "--rev", "HEAD", "--results", "r"], ["gate", "--base", fx.BASE, "--head",
+                                  fx.DOCS, "--results", "r"], ["bisect", "--bad", fx.SLOW, "--results", "r"]],
+                         ids=["record", "gate", "bisect"])
+def test_a_machine_name_that_is_no_single_folder_is_refused(tmp_path, monkeypatch, capsys, argv, name):
+    """A machine is one folder of the store: a '/' would nest records Store.machines() never lists, '..' leave it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as refused:  # argparse's own exit: its usage line, then the option's error
+        cli.main([*argv, "--machine", name])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --machine: {name!r} is not a machine name" in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+    assert flags.machine_name("h200-sxm_1.node") == "h200-sxm_1.node"
 
 
 def test_bisect_on_a_truncated_results_file_names_it_not_a_missing_gpu(root, tmp_path, capsys):

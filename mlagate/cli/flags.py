@@ -2,7 +2,9 @@
 commands/common_args.py). A subcommand adds one with ``flags.grid(p)`` and never with its own add_argument, so
 ``--grid`` means the same wherever it is typed (tests/test_cli.py walks every parser for that)."""
 
+import argparse
 import os
+import re
 
 from mlagate import config as config_mod
 
@@ -36,10 +38,19 @@ def dtype(p, default: str):
                    help=f"dtype (repeatable; default: {default})")
 
 
+def machine_name(text: str) -> str:
+    """A machine name is one folder of the results store (asv's results/<machine>/): letters, digits, '.', '_', '-',
+    not starting with '.'; a '/' would nest folders the store never lists, '..' leave the store."""
+    if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a machine name (letters, digits, '.', '_', '-'; not "
+                                         "starting with '.')")
+    return text
+
+
 def machine(p, role: str):
     """``role``: "records" (required: the records go under it), "reads" (the store's only machine by default) or
     "sidecars" (build --record's)."""
-    p.add_argument("--machine", required=role == "records", default=None, help=MACHINE_HELP[role])
+    p.add_argument("--machine", required=role == "records", default=None, type=machine_name, help=MACHINE_HELP[role])
 
 
 def results(p):
