@@ -349,9 +349,9 @@ def test_the_seesaw_over_pages_launches_its_combine_over_split_sequences_only(le
 
     shape = paged.PagedShape(batch=2, heads=16, max_pages=1024, page_size=64)
     launched = {}
-    for config in (m.SEESAW, m.HOPPER.with_(num_split=0)):
+    for tile_config in (m.SEESAW, m.HOPPER.with_(num_split=0)):
         kernel = object.__new__(paged.CompiledPagedDecode)
-        kernel.plan = paged.plan(shape, config, "sm_90")
+        kernel.plan = paged.plan(shape, tile_config, "sm_90")
         launched[kernel.plan.config.schedule] = kernel.batch(kernel.schedule(lengths), "cpu")
     seesaw, pipelined = launched["seesaw"], launched["pipelined"]
     assert seesaw[3].tolist() == merged
