@@ -114,3 +114,15 @@ def test_yaml_reads_as_safe_load_otherwise():
     assert math.isnan(loaded.pop("c")) and math.isnan(expected.pop("c"))
     assert loaded == expected and loaded["b"] == {"p": 2, "q": [1, 2]}
     assert yaml.load(config.DEFAULT_PATH.read_text(), Loader=UniqueKeyLoader) == RAW
+
+
+def test_a_platforms_vendor_impls_are_its_vendor_then_its_fp8_caches_each_once():
+    cfg = config.load()
+    assert cfg.platform("cuda").vendor_impls() == ("flash_mla", "flashinfer")
+    assert cfg.platform("rocm").vendor_impls() == ("aiter",)  # a16w8 is aiter's too
+
+    def no_fp8(raw):
+        raw["platforms"]["cuda"]["kv_dtypes"] = ["float16"]
+        del raw["platforms"]["cuda"]["fp8_vendor"]
+
+    assert parse_with(no_fp8).platform("cuda").vendor_impls() == ("flash_mla",)
