@@ -123,8 +123,8 @@ def tilelang_balance(lengths, block_N: int, parts: int) -> Balance:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """A workload case's schedules: TileLang's (None where its config runs fixed splits) and the vendor's
-    replay (None where the vendor is not FlashMLA on this architecture)."""
+    """A workload case's schedules: TileLang's balanced plan (None where its kernel refuses the case: ``why``) and
+    the vendor's replay (None where the vendor is not FlashMLA on this architecture)."""
 
     tilelang: Balance | None
     vendor: Balance | None
@@ -149,14 +149,14 @@ def diagnose(case, arch: str) -> Diagnosis | None:
     tilelang, why = None, ""
     if case.impl.startswith(TILELANG_PREFIX):
         shape = mla_decode_paged.PagedShape.holding(case.lengths, case.heads, case.page_size, case.dtype,
-                                                    s_q=case.q_len)
+                                                    s_q=case.q_len, kv_dtype=case.kv_dtype)
         try:
             config = paged_config(case.impl, shape.at_mean_length(case.lengths), arch)
             plan = mla_decode_paged.plan(shape, config, arch)
         except ValueError as e:  # the kernel refuses the case here (the launch says so too)
             why = str(e)
         else:
-            tilelang = tilelang_balance(case.lengths, config.block_N, plan.parts) if plan.parts else None
+            tilelang = tilelang_balance(case.lengths, config.block_N, plan.parts)  # paged: always balanced
     vendor = None
     if arch.startswith("sm_90"):
         sms = mla_decode.SM_COUNT[arch.split(":")[0]]
