@@ -13,11 +13,24 @@ import pytest
 from mlagate import config
 from mlagate.decide import build_rules
 from mlagate.decide.build_rules import Finding, Rule, Severity
-from test_build_report import _report, _row
 
 CFG = config.load()
 SPLIT = "hopper/float16/h128/b64/s4096/split"
 CDNA = "cdna3/float16/h128/b64/s1024/split"
+
+
+def _row(kernel=SPLIT, **kw):
+    """A sm_90a row as ptxas reports it (the same row as test_build_report's; not imported from there, so that
+    this module needs neither torch nor tilelang)."""
+    row = {"kernel": kernel, "threads": 128, "registers": 128, "spill_stores": 0, "spill_loads": 0,
+           "static_smem": 0, "dynamic_smem": 36864, "smem": 36864, "matrix": {"HGMMA": 40},
+           "expected_matrix": "HGMMA", "wgmma_serialized": None, "error": None}
+    row.update(kw)
+    return row
+
+
+def _report(*rows, target="cuda:sm_90a", arch="sm_90a", toolchain=None):
+    return {"target": target, "arch": arch, "toolchain": toolchain or {"nvcc": "13.0.88"}, "kernels": list(rows)}
 
 
 def _cfg(sm_90=232448, gfx942=65536, max_new_spill_bytes=0):
