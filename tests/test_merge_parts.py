@@ -4,6 +4,10 @@ sidecar), and each way the shards' files can disagree, refused with its whole me
 
 import json
 import math
+import re
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -11,8 +15,8 @@ import gate_fixtures as fx
 from mlagate.store.errors import StoreError
 from mlagate.store.merge import merge_shards
 from mlagate.store.results import Store
-from mlagate.store.results_file import BENCH_TIME, Entry, case_keys
-from test_merge import FULL, FULL_HEAD, _cut_row, results_path, split
+from mlagate.store.results_file import BENCH_TFLOPS, BENCH_TIME, Entry, case_keys
+from test_merge import FULL, FULL_HEAD, _cut_row, make_shard, results_path, split
 
 ORIGINAL = json.loads(results_path(FULL, FULL_HEAD).read_text())
 COLUMNS = ORIGINAL["result_columns"]
@@ -184,3 +188,129 @@ def test_shards_that_disagree_are_refused_naming_what_differs(tmp_path, results_
                                                path2=results_path(shards[1], FULL_HEAD), root1=shards[0],
                                                root2=shards[1])
     assert not (tmp_path / "into").exists()  # nothing written, not even the lock
+
+
+# -- shard stores that are no set of one record: refused, the whole message ----------------------------
+
+def _sidecar(root, kind) -> Path:
+    return root / fx.MACHINE / f"{FULL_HEAD[:8]}-{kind}.sidecar"
+
+
+def _other_commits(tmp_path):
+    """A store of three other commits, on h200 and another machine."""
+    root = fx.copy_store(tmp_path / "others")
+    (root / "mi300x").mkdir()
+    shutil.copy(root / fx.MACHINE / "machine.json", root / "mi300x")
+    return [make_shard(tmp_path / "good", 1, 2), root], (
+        f"{root / fx.MACHINE}: no results of 45cfef26 on machine 'h200' in this shard store (commits: 22e8a671, "
+        "b292e892, fbc171ef; machines: h200, mi300x)")
+
+
+def _empty_store(tmp_path):
+    (root := tmp_path / "empty").mkdir()
+    return [make_shard(tmp_path / "good", 1, 2), root], (
+        f"{root / fx.MACHINE}: no results of 45cfef26 on machine 'h200' in this shard store (commits: none; "
+        "machines: none)")
+
+
+def _two_files(tmp_path):
+    """Shard 2's record split over two results files (asv environments): each holds other benchmarks."""
+    shards = split(tmp_path, 2)
+    path = results_path(shards[1], FULL_HEAD)
+    data = json.loads(path.read_text())
+    tflops = {**data, "results": {BENCH_TFLOPS: data["results"].pop(BENCH_TFLOPS)}}
+    path.write_text(json.dumps(data))
+    path.with_name(f"{FULL_HEAD[:8]}-other-env.json").write_text(json.dumps(tflops))
+    return shards, f"{shards[1] / fx.MACHINE}: 2 results files of 45cfef26; a shard has one"
+
+
+def _sidecar_written(kind, text, message):
+    def setup(tmp_path):
+        shards = split(tmp_path, 2)
+        _sidecar(shards[1], kind).write_text(text)
+        return shards, message.format(path=_sidecar(shards[1], kind))
+    return setup
+
+
+def _missing_shard(tmp_path):
+    shards = split(tmp_path, 3)
+    return shards[:2], (f"shard 1/3 ({shards[0]}), shard 2/3 ({shards[1]}): not shards 1..2 of one record, each "
+                        "once (as `mlagate record --shard I/N` wrote them in their env sidecars)")
+
+
+def _header(tmp_path):
+    shards = split(tmp_path, 2)
+    edit(results_path(shards[1], FULL_HEAD), lambda data: data.update(python="/usr/bin/python3"))
+    return shards, (f"{results_path(shards[1], FULL_HEAD)}: python '/usr/bin/python3' differs from "
+                    f"{results_path(shards[0], FULL_HEAD)}'s '/opt/torch/.venv/bin/python3'")
+
+
+def _machine(tmp_path):
+    shards = split(tmp_path, 2)
+    edit(shards[1] / fx.MACHINE / "machine.json", lambda data: data.update(cpu="EPYC", ram="1024"))
+    return shards, f"{shards[1] / fx.MACHINE / 'machine.json'}: differs from shard 1/2 ({shards[0]})'s in cpu, ram"
+
+
+def _file_name(tmp_path):
+    shards = split(tmp_path, 2)
+    path = results_path(shards[1], FULL_HEAD)
+    path.rename(path.with_name(f"{FULL_HEAD[:8]}-renamed.json"))
+    return shards, (f"shard 2/2 ({shards[1]}): results file name '45cfef26-renamed.json' differs from shard 1/2 "
+                    f"({shards[0]})'s '{path.name}'")
+
+
+def _cases_sidecar(tmp_path):
+    shards = [make_shard(tmp_path / "shard-1", 1, 2, cases=True), make_shard(tmp_path / "shard-2", 2, 2)]
+    return shards, f"shard 2/2 ({shards[1]}): cases sidecar False differs from shard 1/2 ({shards[0]})'s True"
+
+
+SETS = {
+    "a store of other commits": _other_commits,
+    "an empty store": _empty_store,
+    "two results files": _two_files,
+    "a corrupt env sidecar": _sidecar_written("env", "[]", "{path}: corrupt sidecar (a JSON list, not an object)"),
+    "a shard that is no I/N": _sidecar_written("env", '{"shard": "2 of 2"}',
+                                               "{path}: --shard must be I/N (e.g. 2/4), got '2 of 2'"),
+    "a cases sidecar without its list": _sidecar_written("cases", '{"results": 3}', "{path}: no list of results"),
+    "a shard missing": _missing_shard,
+    "another python": _header,
+    "another host": _machine,
+    "another file name": _file_name,
+    "a cases sidecar in one shard only": _cases_sidecar,
+}
+
+
+@pytest.mark.parametrize("setup", SETS.values(), ids=SETS)
+def test_shard_stores_that_are_no_set_of_one_record_are_refused_naming_why(tmp_path, setup):
+    shards, message = setup(tmp_path)
+    with pytest.raises(StoreError) as raised:
+        merge_shards(shards, tmp_path / "into", fx.MACHINE, FULL_HEAD)
+    assert str(raised.value) == message
+    assert not (tmp_path / "into").exists()
+
+
+def test_shards_of_other_benchmarks_are_refused_naming_both_sets(tmp_path):
+    """(A set's order is Python's hash order: the message is checked up to the names.)"""
+    shards = split(tmp_path, 2)
+    edit(results_path(shards[1], FULL_HEAD), lambda data: data["results"].pop(BENCH_TFLOPS))
+    with pytest.raises(StoreError) as raised:
+        merge_shards(shards, tmp_path / "into", fx.MACHINE, FULL_HEAD)
+    assert re.fullmatch(rf"shard 2/2 \({re.escape(str(shards[1]))}\): benchmarks \{{'mla_decode\..*\}} differs from "
+                        rf"shard 1/2 \({re.escape(str(shards[0]))}\)'s \{{'mla_decode\..*", str(raised.value))
+
+
+def test_a_merge_that_does_not_read_back_names_its_private_staging_folder(tmp_path, monkeypatch):
+    """The staged record lives in a temporary `mlagate-merge-*` folder, as asv's results directory `results`."""
+    import mlagate.store.merge as merge
+
+    merge_row = merge._merge_row
+
+    def one_case_expected_failed(name, shards, columns):
+        row, expected = merge_row(name, shards, columns)
+        return row, {**expected, next(iter(expected)): Entry("failed")}
+
+    monkeypatch.setattr(merge, "_merge_row", one_case_expected_failed)
+    with pytest.raises(StoreError) as raised:
+        merge_shards(split(tmp_path, 2), tmp_path / "into", fx.MACHINE, FULL_HEAD)
+    assert re.fullmatch(rf"{re.escape(tempfile.gettempdir())}/mlagate-merge-[^/]+/results/h200: the merged results "
+                        r"do not read back as the shards' \(\[\]\)", str(raised.value))
