@@ -232,6 +232,16 @@ def _sidecar_written(kind, text, message):
     return setup
 
 
+def _benchmarks_json(text, message):
+    def setup(tmp_path):
+        shards = split(tmp_path, 2)
+        (shards[1] / "benchmarks.json").unlink()
+        if text is not None:
+            (shards[1] / "benchmarks.json").write_text(text)
+        return shards, message.format(path=shards[1] / "benchmarks.json")
+    return setup
+
+
 def _missing_shard(tmp_path):
     shards = split(tmp_path, 3)
     return shards[:2], (f"shard 1/3 ({shards[0]}), shard 2/3 ({shards[1]}): not shards 1..2 of one record, each "
@@ -272,6 +282,11 @@ SETS = {
     "a shard that is no I/N": _sidecar_written("env", '{"shard": "2 of 2"}',
                                                "{path}: --shard must be I/N (e.g. 2/4), got '2 of 2'"),
     "a cases sidecar without its list": _sidecar_written("cases", '{"results": 3}', "{path}: no list of results"),
+    "no benchmarks.json": _benchmarks_json(None, "{path}: not readable (No such file or directory)"),
+    "a truncated benchmarks.json": _benchmarks_json("{", "{path}: not readable JSON (not complete JSON (truncated?): "
+                                                    "Expecting property name enclosed in double quotes (line 1, "
+                                                    "column 2))"),
+    "a benchmarks.json list": _benchmarks_json("[]", "{path}: not the JSON object asv writes"),
     "a shard missing": _missing_shard,
     "another python": _header,
     "another host": _machine,
