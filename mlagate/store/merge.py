@@ -123,8 +123,11 @@ def _check_set(shards: list):
         if mine != theirs:  # one machine name per GPU model: the runners must be the same machine to asv
             keys = sorted(k for k in {*mine, *theirs} if mine.get(k) != theirs.get(k))
             raise StoreError(f"{s.path.parent / 'machine.json'}: differs from {first.label}'s in {', '.join(keys)}")
+        here, there = set(s.data["results"]), set(first.data["results"])
+        if here != there:
+            raise StoreError(f"{s.label}: benchmarks differ from {first.label}'s: only here {sorted(here - there)}, "
+                             f"only there {sorted(there - here)}")
         for what, a, b in (("results file name", s.path.name, first.path.name),
-                           ("benchmarks", set(s.data["results"]), set(first.data["results"])),
                            ("grid", *([x.sidecars["env"].get(k) for k in SAME_GRID] for x in (s, first))),
                            ("cases sidecar", *(x.sidecars["cases"] is not None for x in (s, first)))):
             if a != b:
