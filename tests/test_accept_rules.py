@@ -113,3 +113,80 @@ def test_an_entry_only_the_pull_request_holds_leaves_a_not_accepted_reason_and_t
 def test_history_without_a_mark_for_the_case_is_kept_whole():
     history = [type("R", (), {"commit": c})() for c in ("a", "b")]
     assert acceptance.since_mark(history, "x", ()) == history
+
+
+HEAD = ("abcdef1" + "0" * 33,)
+
+
+def other_case(**fields):
+    return CaseVerdict(("tilelang-seesaw", 128, 4096, "float16", 16, 1, "float16", "dense"), Status.REGRESSION,
+                       **fields)
+
+
+def test_a_base_entry_within_its_max_change_accepts_the_regression_and_the_gate_passes():
+    cv, untouched = case(change=0.05, confirmation={"change": 0.06}), other_case()
+    untouched.status = Status.PASS
+    v = Verdict(Outcome.REGRESSION, [cv, untouched])
+    (entry,) = parsed(cases=[cv.label])
+    (pr_entry,) = parsed(cases=[cv.label], pr=9, who="a-contributor")  # the base's entry is read first
+    acceptance.apply(v, [entry], [pr_entry], HEAD)
+    assert (v.outcome, cv.status, untouched.status) == (Outcome.PASS, Status.ACCEPTED, Status.PASS)
+    assert cv.acceptance == entry.as_dict("base") and cv.acceptance["source"] == "base"
+    assert cv.warnings == [Note(Kind.ACCEPTED, "accepted: +6.0% within +12.0% by perf-accept.yml entry of PR #7 "
+                                               "(a-maintainer): four KV splits")]
+    assert cv.reasons == [] and untouched.acceptance is None and untouched.warnings == []
+
+
+def test_an_entry_accepts_only_up_to_its_max_change_and_another_regression_still_fails():
+    cv, unnamed = case(change=0.05, confirmation={"change": 0.07}), other_case(change=0.05)
+    v = Verdict(Outcome.REGRESSION, [cv, unnamed])
+    (entry,) = parsed(cases=[cv.label], max_change=0.06)
+    acceptance.apply(v, [entry], [], HEAD)
+    assert (v.outcome, cv.status, unnamed.status) == (Outcome.REGRESSION, Status.REGRESSION, Status.REGRESSION)
+    assert cv.reasons == [Note(Kind.NOT_ACCEPTED, "perf-accept.yml entry of PR #7 (a-maintainer) accepts at most "
+                                                  "+6.0%; measured +7.0%: the change is larger than what was "
+                                                  "accepted")]
+    assert cv.acceptance["max_change"] == 0.06 and unnamed.acceptance is None and unnamed.reasons == []
+
+
+def test_an_entry_never_accepts_a_vendor_ratio_under_the_floor():
+    cv = case(change=0.01, below_floor=True)
+    v = Verdict(Outcome.REGRESSION, [cv])
+    (entry,) = parsed(cases=[cv.label])
+    acceptance.apply(v, [entry], [], HEAD)
+    assert (v.outcome, cv.status) == (Outcome.REGRESSION, Status.REGRESSION)
+    assert cv.reasons == [Note(Kind.NOT_ACCEPTED, "perf-accept.yml entry of PR #7 (a-maintainer) cannot accept a "
+                                                  "vendor ratio under the floor: the floor is perf.yml's "
+                                                  "(gate.vendor_ratio)")]
+
+
+def test_an_entry_for_another_commit_or_case_accepts_nothing():
+    cv = case(change=0.05)
+    v = Verdict(Outcome.REGRESSION, [cv])
+    acceptance.apply(v, [parsed(commit="1234567")[0], parsed(cases=["other*"])[0]], [], HEAD)
+    assert (v.outcome, cv.status, cv.acceptance, cv.reasons, cv.warnings) == (
+        Outcome.REGRESSION, Status.REGRESSION, None, [], [])
+
+
+def test_accepting_every_regression_leaves_an_unsure_case_failing_closed():
+    cv, unsure = case(change=0.05), other_case()
+    unsure.status = Status.UNSURE
+    v = Verdict(Outcome.REGRESSION, [cv, unsure], unsure_fails=True)
+    acceptance.apply(v, parsed(cases=[cv.label]), [], HEAD)
+    assert (v.outcome, cv.status, unsure.status) == (Outcome.UNSURE, Status.ACCEPTED, Status.UNSURE)
+
+
+def test_a_change_of_exactly_the_max_change_is_accepted():
+    cv = case(change=0.125)
+    v = Verdict(Outcome.REGRESSION, [cv])
+    acceptance.apply(v, parsed(cases=[cv.label], max_change=0.125), [], HEAD)
+    assert (v.outcome, cv.status) == (Outcome.PASS, Status.ACCEPTED)
+
+
+def test_a_new_case_under_the_floor_is_refused_though_it_measured_no_slowdown():
+    """A case new in head (no base: no change, no drop) fails on the floor alone; an entry cannot accept it."""
+    cv = case(below_floor=True)
+    v = Verdict(Outcome.REGRESSION, [cv])
+    acceptance.apply(v, parsed(cases=[cv.label]), [], HEAD)
+    assert (v.outcome, cv.status) == (Outcome.REGRESSION, Status.REGRESSION)
+    assert [n.kind for n in cv.reasons] == [Kind.NOT_ACCEPTED]
