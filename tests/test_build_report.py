@@ -15,6 +15,7 @@ from mlagate.decide.build_rules import Rule, Severity
 from mlagate.kernels import mla_decode as m
 from mlagate.report import build_report, text
 from mlagate.store.results import Store
+from test_build_rules import _report, _row  # one sm_90a row as ptxas reports it
 
 CFG = config.load()
 
@@ -171,18 +172,6 @@ def test_a_hopper_config_over_227_kb_fails_without_a_base():
 
 
 # -- build_rules.evaluate_build: each rule fails and passes ------------------------
-
-def _row(kernel="hopper/float16/h128/b64/s4096/split", **kw):
-    row = {"kernel": kernel, "threads": 128, "registers": 128, "spill_stores": 0, "spill_loads": 0,
-           "static_smem": 0, "dynamic_smem": 36864, "smem": 36864, "matrix": {"HGMMA": 40},
-           "expected_matrix": "HGMMA", "wgmma_serialized": None, "error": None}
-    row.update(kw)
-    return row
-
-
-def _report(*rows, target="cuda:sm_90a", arch="sm_90a", toolchain=None):
-    return {"target": target, "arch": arch, "toolchain": toolchain or {"nvcc": "13.0.88"}, "kernels": list(rows)}
-
 
 def _failed(base, head):
     return [f for f in build_rules.evaluate_build(base, head, CFG) if f.failed]

@@ -20,8 +20,7 @@ CDNA = "cdna3/float16/h128/b64/s1024/split"
 
 
 def _row(kernel=SPLIT, **kw):
-    """A sm_90a row as ptxas reports it (the same row as test_build_report's; not imported from there, so that
-    this module needs neither torch nor tilelang)."""
+    """A sm_90a row as ptxas reports it (test_build_report's too: this module needs neither torch nor tilelang)."""
     row = {"kernel": kernel, "threads": 128, "registers": 128, "spill_stores": 0, "spill_loads": 0,
            "static_smem": 0, "dynamic_smem": 36864, "smem": 36864, "matrix": {"HGMMA": 40},
            "expected_matrix": "HGMMA", "wgmma_serialized": None, "error": None}
