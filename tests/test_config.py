@@ -126,3 +126,24 @@ def test_a_platforms_vendor_impls_are_its_vendor_then_its_fp8_caches_each_once()
         del raw["platforms"]["cuda"]["fp8_vendor"]
 
     assert parse_with(no_fp8).platform("cuda").vendor_impls() == ("flash_mla",)
+
+
+def test_a_stored_workload_key_reads_back_as_its_case_at_every_cache_format():
+    """An fp8 cache's workload case keeps its kv_dtype (and lengths) through Config.case."""
+    cfg = config.load()
+    cases = [c for c in cfg.cases("quick", ["tilelang-seesaw"], "cuda", ["bfloat16"]) if c.paged]
+    assert {c.kv_dtype for c in cases} == {"bfloat16", "float8_e4m3fn"}
+    for c in cases:
+        back = cfg.case(c.key, "cuda")
+        assert back == c and back.lengths == c.lengths and back.kv_dtype == c.kv_dtype
+
+
+def test_a_recorded_workload_perf_yml_no_longer_lists_is_refused_naming_it_with_its_digest():
+    from mlagate.case import Case
+
+    key = ("tilelang-seesaw", 64, 4096, "float16", 16, 1, "float16", "gone-4k@0123abcd")
+    with pytest.raises(config.ConfigError) as refused:
+        config.load().case(key, "cuda")
+    assert str(refused.value) == (f"workloads.gone-4k: not in perf.yml, but {Case(*key).label(tag=True)} was "
+                                  "recorded")
+    assert "@0123abcd" in str(refused.value)

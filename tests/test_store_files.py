@@ -54,3 +54,13 @@ def test_a_renamed_results_file_is_refused_naming_it_once(tmp_path):
     assert str(raised.value) == (f"{folder / 'bbbbbbbb-existing.json'}: modified, not only added (1 file(s) modified "
                                  "or deleted: results/m/bbbbbbbb-existing.json); results files and sidecars are "
                                  "append-only")
+
+
+@pytest.mark.parametrize("text, why", [('{"written": 1}', "KeyError: 'files'"),
+                                       ('{"files": [1]}', "TypeError: files: a list of entries, got [1]")])
+def test_a_journal_of_the_wrong_shape_is_refused_naming_what_is_wrong_and_what_to_do(tmp_path, text, why):
+    (tmp_path / files.JOURNAL).write_text(text)
+    with pytest.raises(StoreError) as refused:
+        files.read_journal(tmp_path)
+    journal = tmp_path / files.JOURNAL
+    assert str(refused.value) == f"{journal}: unreadable install journal ({why}); move it away to go on"
