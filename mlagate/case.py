@@ -47,6 +47,13 @@ class Case:
         if self.kv_dtype not in ELEMENT_BYTES:  # a positional workload where kv_dtype now stands, say
             raise ValueError(f"kv_dtype {self.kv_dtype!r} is not a dtype ({', '.join(ELEMENT_BYTES)})")
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Case":
+        """The case of a stored row (CaseResult.to_dict's, a cases sidecar's): a row without heads, q_len, kv_dtype
+        or a workload reads as the defaults (the record before those axes)."""
+        case = cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        return replace(case, lengths=tuple(case.lengths))
+
     @property
     def key(self) -> tuple:
         """Identity of a case across commits (impl, batch, seqlen, dtype, heads, q_len, kv_dtype, workload)."""
@@ -154,8 +161,7 @@ class CaseResult:
     def from_dict(cls, d: dict) -> "CaseResult":
         """Of to_dict's output; files without heads read as heads = 128, without q_len as one query token,
         without kv_dtype as a cache in the query's dtype and without a workload as dense (Case's defaults)."""
-        case = Case(**{f.name: d[f.name] for f in fields(Case) if f.name in d})
-        case = replace(case, lengths=tuple(case.lengths))
+        case = Case.from_dict(d)
         known = {name: d[name] for name in METRICS if d.get(name) is not None}
         if "ci99_ms" in known:
             known["ci99_ms"] = tuple(known["ci99_ms"])

@@ -15,7 +15,6 @@ cases with lab/clock_study.py and the ladder's table.
 """
 
 import math
-from dataclasses import fields
 
 import numpy as np
 
@@ -86,7 +85,7 @@ def case_changes(base, base_cases: dict | None, head, head_cases: dict | None, k
 
     def windows(sidecar):  # keyed as the store keys a case (Case.key: a row without q_len or kv_dtype reads as before)
         rows = (sidecar or {}).get("results") if isinstance(sidecar, dict) else None
-        return {Case(**{f.name: r[f.name] for f in fields(Case) if f.name in r}).key:
+        return {Case.from_dict(r).key:
                 (r.get("samples") or {}).get("windows") for r in rows or () if isinstance(r, dict)}
 
     bw, hw = windows(base_cases), windows(head_cases)
