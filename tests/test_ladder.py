@@ -310,10 +310,10 @@ def test_step_commits_sit_on_base_change_only_the_kernel_and_leave_the_checkout_
 def gpu(repo, clock, monkeypatch):
     """Every GPU part stood in for, against the clock; returns what each was asked to do."""
     from mlagate import gate
-    from mlagate.measure import environment, harness, interleaved
+    from mlagate.measure import environment, harness, interleaved, precompile
     from mlagate.store import record, results
 
-    seen = SimpleNamespace(records=[], gates=[], alternates=[], launched=[], fail_gate_at=None)
+    seen = SimpleNamespace(records=[], gates=[], alternates=[], launched=[], compiled=[], fail_gate_at=None)
     recorded = set()
 
     class Store:
@@ -367,6 +367,13 @@ def gpu(repo, clock, monkeypatch):
         return lambda: clock.spent.append(call_time(block, case))
 
     monkeypatch.setattr(interleaved, "launch_at", launch_at)
+
+    def in_processes(fn, items, jobs, stop=None):  # the compiles ahead: which, and how many launches came before
+        assert fn is interleaved.compile_at and jobs >= 2
+        seen.compiled.append((len(seen.launched), items))
+        yield from ((item, None) for item in items)
+
+    monkeypatch.setattr(precompile, "in_processes", in_processes)
     return seen
 
 
@@ -397,6 +404,12 @@ def test_the_ladder_calibrates_commits_records_gates_and_tabulates(gpu, repo, tm
         [["base", "step"]] * (2 * 5)
     assert list(b64["verify_medians_s"]) == ["1", "2", "3", "5", "8"]
     assert set(gpu.launched) == {base, probe, *doc["commits"].values()} - {doc["commits"]["0"]}
+    # every kernel compiled in parallel before its first launch: base, then the probe, then the spun steps
+    spun = [doc["commits"][s] for s in ("1", "2", "3", "5", "8")]
+    assert [[commit for _, commit, _ in items] for _, items in gpu.compiled] == [
+        [base] * 2, [probe] * 2, [c for c in spun for _ in CASES]]
+    assert all(r == repo and case in CASES for _, items in gpu.compiled for r, _, case in items)
+    assert all(gpu.launched.index(commit) >= before for before, items in gpu.compiled for _, commit, _ in items)
 
     impls = ("tilelang-hopper", "flash_mla")  # the vendor kernel too: the gate needs its ratio
     assert len(gpu.records) == 2 * (1 + 6)

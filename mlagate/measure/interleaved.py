@@ -117,6 +117,15 @@ def case_config_at(repo, commit, module, case: Case, arch: str):
     return config
 
 
+def compile_at(item) -> None:
+    """In a compiling process (measure.precompile.in_processes): ``(repo, commit, case)``'s dense TileLang kernel
+    as launch_at builds it, into TileLang's disk cache, so launch_at loads it instead of compiling it."""
+    repo, commit, case = item
+    module = kernel_module_at(repo, commit)
+    config = case_config_at(repo, commit, module, case, mla_decode.device_arch(gpu()))
+    module.compiled(dense_shape(module, case), config)
+
+
 def launch_at(repo, commit, case: Case, inputs: Inputs):
     """The checked launch of ``case``'s TileLang kernel as ``commit`` has it: kernel file and tuned table."""
     module = kernel_module_at(repo, commit)
