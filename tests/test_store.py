@@ -8,7 +8,7 @@ import gate_fixtures as fx
 from mlagate.store import files
 from mlagate.store.branch import checkout_branch, commit_branch
 from mlagate.store.errors import StoreError
-from mlagate.store.results import Store
+from mlagate.store.results import Problem, Store
 from mlagate.store.results_file import BENCH_TFLOPS, BENCH_TIME, parse_results_file
 
 
@@ -141,6 +141,17 @@ def test_a_sidecar_must_be_a_json_object(tmp_path):
         with pytest.raises(StoreError, match=f"{path}: corrupt sidecar"):
             s.read_sidecar("m", "c" * 40, "env", strict=True)
     assert len(s.problems) == 5
+
+
+def test_a_sidecar_that_cannot_be_read_is_a_problem_naming_the_os_error(tmp_path):
+    s = Store(tmp_path)
+    path = s.sidecar_path("m", "c" * 40, "env")
+    path.mkdir(parents=True)  # it exists, but reading it is an OSError, not a JSON error
+    assert s.read_sidecar("m", "c" * 40, "env") is None
+    assert s.problems == [Problem(str(path), "corrupt sidecar (unreadable: Is a directory)")]
+    with pytest.raises(StoreError) as raised:
+        s.read_sidecar("m", "c" * 40, "env", strict=True)
+    assert str(raised.value) == f"{path}: corrupt sidecar (unreadable: Is a directory)"
 
 
 def test_unknown_machine_is_named(tmp_path):
