@@ -1,14 +1,16 @@
 import json
 import math
 import subprocess
+from pathlib import Path
 
 import pytest
 
 import gate_fixtures as fx
+from mlagate.config import ROOT
 from mlagate.store import files
 from mlagate.store.branch import checkout_branch, commit_branch
 from mlagate.store.errors import GateError, StoreError
-from mlagate.store.results import Problem, Store, pick_machine
+from mlagate.store.results import Problem, Store, pick_machine, results_root
 from mlagate.store.results_file import BENCH_TFLOPS, BENCH_TIME, parse_results_file
 
 
@@ -306,3 +308,10 @@ def test_several_machines_and_none_given_are_refused_naming_them(tmp_path):
     assert str(raised.value) == (f"{tmp_path}: 2 machines recorded (h200, mi300x); pass --machine with one of "
                                  "them, e.g. --machine h200")
 
+
+def test_the_results_directory_is_the_one_given_else_the_environment_s_else_asv_s(monkeypatch):
+    monkeypatch.setenv("MLAGATE_RESULTS", "/ci/results")
+    assert results_root("given") == Path("given")
+    assert results_root() == Path("/ci/results")
+    monkeypatch.delenv("MLAGATE_RESULTS")
+    assert results_root() == ROOT / ".asv" / "results"
