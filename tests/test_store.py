@@ -1,14 +1,16 @@
 import json
 import math
 import subprocess
+from pathlib import Path
 
 import pytest
 
 import gate_fixtures as fx
+from mlagate.config import ROOT
 from mlagate.store import files
 from mlagate.store.branch import checkout_branch, commit_branch
-from mlagate.store.errors import StoreError
-from mlagate.store.results import Store
+from mlagate.store.errors import GateError, StoreError
+from mlagate.store.results import Problem, Store, pick_machine, results_root
 from mlagate.store.results_file import BENCH_TFLOPS, BENCH_TIME, parse_results_file
 
 
@@ -143,6 +145,17 @@ def test_a_sidecar_must_be_a_json_object(tmp_path):
     assert len(s.problems) == 5
 
 
+def test_a_sidecar_that_cannot_be_read_is_a_problem_naming_the_os_error(tmp_path):
+    s = Store(tmp_path)
+    path = s.sidecar_path("m", "c" * 40, "env")
+    path.mkdir(parents=True)  # it exists, but reading it is an OSError, not a JSON error
+    assert s.read_sidecar("m", "c" * 40, "env") is None
+    assert s.problems == [Problem(str(path), "corrupt sidecar (unreadable: Is a directory)")]
+    with pytest.raises(StoreError) as raised:
+        s.read_sidecar("m", "c" * 40, "env", strict=True)
+    assert str(raised.value) == f"{path}: corrupt sidecar (unreadable: Is a directory)"
+
+
 def test_unknown_machine_is_named(tmp_path):
     with pytest.raises(StoreError, match="no results for machine 'mi300x'"):
         Store(fx.RESULTS).load_all("mi300x")
@@ -252,3 +265,53 @@ def test_pushing_finishes_an_install_a_killed_record_left(tmp_path):
     assert commit_branch(branch, "finished", push=False) is True
     assert _committed(branch) == ["results/m/cccccccc-env.sidecar", "results/m/cccccccc-existing.json"]
     assert not (root / files.JOURNAL).exists()
+
+
+# -- which store, and which of its machines, a command reads -------------------------------------------
+
+def _with_machines(root, *names):
+    for name in names:  # a machine is a folder with asv's machine.json
+        (root / name).mkdir(parents=True)
+        (root / name / "machine.json").write_text("{}")
+    return Store(root)
+
+
+def test_the_machine_given_is_taken_only_if_the_store_has_it(tmp_path):
+    store = _with_machines(tmp_path, "h200")
+    assert pick_machine(store, "h200") == "h200"
+    with pytest.raises(GateError) as raised:
+        pick_machine(store, "h20")  # not a record starting a new machine (new defaults to False)
+    assert str(raised.value) == f"{tmp_path}: --machine 'h20' is unknown; did you mean h200? (known: h200)"
+
+
+def test_a_machine_a_record_starts_is_taken_even_in_an_empty_store(tmp_path):
+    assert pick_machine(Store(tmp_path), "new-box", new=True) == "new-box"
+
+
+@pytest.mark.parametrize("machine, new, named", [(None, False, "<name>"), (None, True, "<name>"), ("m", False, "m")])
+def test_an_empty_store_gives_the_record_command_of_each_revision(tmp_path, machine, new, named):
+    """Nothing to read: the error says how to record, with the machine given (else a placeholder)."""
+    with pytest.raises(GateError) as raised:
+        pick_machine(Store(tmp_path), machine, new=new, revs=("b292e892", "22e8a671"))
+    assert str(raised.value) == (f"{tmp_path}: no results recorded yet, on any machine. Record first: "
+                                 f"mlagate record --rev b292e892 --machine {named} --results {tmp_path}; "
+                                 f"mlagate record --rev 22e8a671 --machine {named} --results {tmp_path}")
+
+
+def test_the_only_machine_is_taken_when_none_is_given(tmp_path):
+    assert pick_machine(_with_machines(tmp_path, "h200"), None) == "h200"
+
+
+def test_several_machines_and_none_given_are_refused_naming_them(tmp_path):
+    with pytest.raises(GateError) as raised:
+        pick_machine(_with_machines(tmp_path, "mi300x", "h200"), None)
+    assert str(raised.value) == (f"{tmp_path}: 2 machines recorded (h200, mi300x); pass --machine with one of "
+                                 "them, e.g. --machine h200")
+
+
+def test_the_results_directory_is_the_one_given_else_the_environment_s_else_asv_s(monkeypatch):
+    monkeypatch.setenv("MLAGATE_RESULTS", "/ci/results")
+    assert results_root("given") == Path("given")
+    assert results_root() == Path("/ci/results")
+    monkeypatch.delenv("MLAGATE_RESULTS")
+    assert results_root() == ROOT / ".asv" / "results"
