@@ -271,3 +271,21 @@ def test_sanitize_paged_skews_few_long_2k_with_the_shortest_and_longest_sequence
     assert len(lengths) == 66 and lengths[-2:] == [1, 131072]
     assert lengths[:64] == list(config.load().workloads["few-long-2k"].lengths(64))
     assert min(sanitize_paged.batches(64, 2)) == 2  # a cache holds its s_q new tokens (check_paged_inputs)
+
+
+def test_the_placement_study_splits_the_spread_by_repeat_input_set_and_process(importable, tmp_path):
+    from lab import placement_study as study
+
+    # processes 1 µs apart, their sets and repeats alike: only the processes spread
+    by_process = [[[0.100 + 0.001 * p] * 3 for _ in range(4)] for p in range(3)]
+    assert study.spread(by_process) == {"repeats": 0.0, "sets": 0.0, "processes": pytest.approx(100 * 0.001 / 0.101)}
+    # every process holds the same two sets, 2 µs apart: the sets spread, the processes not
+    by_set = [[[0.100 + 0.002 * s] * 3 for s in range(2)] for _ in range(3)]
+    assert study.spread(by_set) == {"repeats": 0.0, "sets": pytest.approx(100 * 0.002 / 2 ** 0.5 / 0.101),
+                                    "processes": 0.0}
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"case": "tilelang-seesaw h=16 b=64 s=4096 float16", "medians_ms": by_process,
+                               "addresses": [["0x1"] * 4] * 3}))
+    out = lab("lab.placement_study", "--summary", run).stdout
+    assert "3 processes x 4 input sets x 3 repeats" in out and "process 3: 102.00/102.00/102.00" in out
+    assert out.rstrip().endswith("sd, % of the median: repeats 0.000, sets 0.000, processes 0.990")
