@@ -229,6 +229,18 @@ def test_results_without_samples_name_the_side(side, empty):
                                                    "--record-samples; `mlagate record` does)")]
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1e-4, 0.0])  # 0.0: a time is > 0, not >= 0
+@pytest.mark.parametrize("sides", [("base",), ("head",), ("base", "head")])
+def test_samples_that_are_not_finite_times_over_zero_are_an_error_naming_the_first_bad_side(sides, bad):
+    times = {side: samples(100)[:-1] + (bad,) if side in sides else samples(100) for side in ("base", "head")}
+    base = results("base", {HOP: Entry("ok", 100e-6, times["base"])}, {HOP: 0.8})
+    head = results("head", {HOP: Entry("ok", 100e-6, times["head"])}, {HOP: 0.8})
+    verdict = decide.evaluate(base, head, CFG, "cuda")
+    cv = one(verdict)
+    assert (cv.status, verdict.outcome, cv.change) == (Status.ERROR, Outcome.ERROR, None)
+    assert notes(cv.reasons) == [(Kind.BAD_SAMPLES, f"{sides[0]} samples are not all finite times > 0")]
+
+
 # -- confirmation ---------------------------------------------------------------------
 
 def test_without_a_confirmation_a_case_over_the_threshold_fails_and_says_so_when_one_was_expected():
