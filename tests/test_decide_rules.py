@@ -241,6 +241,25 @@ def test_samples_that_are_not_finite_times_over_zero_are_an_error_naming_the_fir
     assert notes(cv.reasons) == [(Kind.BAD_SAMPLES, f"{sides[0]} samples are not all finite times > 0")]
 
 
+WIDE = samples(100, spread=0.06)  # 40 samples +-6%: the smallest slowdown they can show is +3.2%
+
+
+def test_samples_that_cannot_show_the_threshold_are_under_powered():
+    same = results("base", {HOP: WIDE}, {HOP: 0.8}), results("head", {HOP: WIDE}, {HOP: 0.8})
+    cv = one(decide.evaluate(*same, CFG, "cuda"))
+    assert cv.status == Status.PASS and cv.detectable == pytest.approx(0.0315, abs=1e-4)
+    assert notes(cv.warnings) == [(Kind.UNDER_POWERED, "under-powered: the smallest slowdown its record samples "
+                                                       "could show is +3.2% (alpha 0.01, power 80%), above the "
+                                                       "+2.5% threshold")]
+
+
+def test_a_detectable_change_at_the_threshold_is_not_under_powered():
+    same = results("base", {HOP: WIDE}, {HOP: 0.8}), results("head", {HOP: WIDE}, {HOP: 0.8})
+    detectable = stats.detectable_change(WIDE, WIDE, 0.01, decide.POWER)
+    cv = one(decide.evaluate(*same, make_cfg(threshold=detectable), "cuda"))
+    assert cv.detectable == detectable and cv.warnings == []
+
+
 # -- confirmation ---------------------------------------------------------------------
 
 def test_without_a_confirmation_a_case_over_the_threshold_fails_and_says_so_when_one_was_expected():
