@@ -36,7 +36,7 @@ RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 
 
 def make_cfg(threshold=0.025, screen=0.0125, alpha=0.01, min_samples=20, floor=0.70, max_drop=0.05,
-             lookback=3, max_slowdown=0.05, vendor_heads=(16, 32, 64, 128), vendor_q_len_heads=None):
+             lookback=3, max_slowdown=0.05, vendor_heads=(16, 32, 64, 128), vendor_q_len_heads=None, unsure="fail"):
     """The repository's perf.yml with the gate's numbers set here, so these tests do not move with it."""
     raw = copy.deepcopy(RAW)
     g = raw["gate"]
@@ -47,6 +47,7 @@ def make_cfg(threshold=0.025, screen=0.0125, alpha=0.01, min_samples=20, floor=0
                          samples_per_window=max(min_samples, raw["timing"]["samples_per_window"]))
     g["vendor_ratio"]["cuda"].update(floor=floor, max_drop=max_drop)
     g["drift"].update(lookback=lookback, max_slowdown=max_slowdown)
+    g["confirm"]["unsure"] = unsure
     raw["platforms"]["cuda"]["vendor_heads"] = list(vendor_heads)
     raw["platforms"]["cuda"]["vendor_q_len_heads"] = list(vendor_heads if vendor_q_len_heads is None
                                                           else vendor_q_len_heads)
@@ -300,6 +301,33 @@ def test_a_vendor_ratio_drop_is_confirmed_at_its_own_smaller_threshold():
     assert dropped.confirmation["agrees"] is True and dropped.status == Status.REGRESSION
     flagged = one(evaluate(head_us=103.0, cfg=cfg, confirmations=confirm))
     assert flagged.confirmation["agrees"] is False and flagged.status == Status.PASS
+
+
+@pytest.mark.parametrize("confirmation", [
+    ((), samples(103)), (samples(100), ()),                     # a side without samples
+    (samples(100), samples(103)[:-1] + (math.nan,)),            # samples, not all of them times
+    (samples(100)[:-1] + (0.0,), samples(103)),
+])
+def test_a_re_measure_without_samples_or_with_bad_ones_is_an_error(confirmation):
+    verdict = evaluate(head_us=103.0, confirmations={HOP: confirmation})
+    cv = one(verdict)
+    assert (cv.status, verdict.outcome, cv.confirmation) == (Status.ERROR, Outcome.ERROR, None)
+    assert [n.kind for n in cv.reasons] == [Kind.LATENCY, Kind.BAD_REMEASURE]
+    assert cv.reasons[1].text == "the interleaved re-measure gave no samples or samples that are not finite times > 0"
+
+
+def test_an_unsure_case_passes_with_a_warning_where_perf_yml_says_pass():
+    confirm = {HOP: ((1.0, 1.01, 0.99), (1.1, 1.11, 1.09))}  # three samples a side: no interval, unsure
+    verdict = evaluate(head_us=103.0, cfg=make_cfg(unsure="pass"), confirmations=confirm)
+    cv = one(verdict)
+    assert (cv.status, verdict.outcome, verdict.unsure_fails) == (Status.UNSURE, Outcome.PASS, False)
+    assert notes(cv.warnings) == [(Kind.UNSURE_PASSED, "unsure, passed: perf.yml's gate.confirm.unsure is pass")]
+
+
+def test_unsure_pass_says_nothing_of_a_case_the_re_measure_decided():
+    confirm = {HOP: (samples(100, n=30), samples(104, n=31))}
+    cv = one(evaluate(head_us=102.0, cfg=make_cfg(unsure="pass"), confirmations=confirm))
+    assert cv.status == Status.REGRESSION and cv.warnings == []
 
 
 # -- the vendor ratio -----------------------------------------------------------------
