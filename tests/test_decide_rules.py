@@ -418,6 +418,17 @@ def test_the_ratio_rules_hold_only_the_platforms_tilelang_config():
     assert cv.status == Status.PASS and cv.vendor_ratio is None and cv.warnings == []
 
 
+def test_an_fp8_cache_reads_its_own_vendors_kernels_in_the_env_sidecars():
+    """The fp8 cache's vendor is flashinfer: its version moved, so the ratio drop is re-baselined, not failed."""
+    fp8 = ("tilelang-hopper", 64, 4096, "bfloat16", 16, 1, "float8_e4m3fn", "dense")
+    envs = tuple({"start": {"vendors": {"flashinfer": {"version": v, "kernels": {}}}}} for v in ("0.7", "0.8"))
+    cv = one(evaluate(case=fp8, head_ratio=0.72, envs=envs))
+    assert cv.status == Status.PASS and cv.reasons == [] and not cv.ratio_dropped
+    assert notes(cv.warnings) == [(Kind.VENDOR_CHANGED, "vendor kernel changed: flashinfer 0.7 ran its kernel in "
+                                                        "base, 0.8 its kernel in head; the ratio (0.8 → 0.72) is "
+                                                        "re-baselined, not gated")]
+
+
 # -- case states ------------------------------------------------------------------------
 
 def case_states(base_entry, head_entry, ratio=0.8, cfg=CFG):
