@@ -36,7 +36,7 @@ RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 
 
 def make_cfg(threshold=0.025, screen=0.0125, alpha=0.01, min_samples=20, floor=0.70, max_drop=0.05,
-             lookback=3, max_slowdown=0.05, vendor_heads=(16, 32, 64, 128), vendor_q_len_heads=None):
+             lookback=3, max_slowdown=0.05, vendor_heads=(16, 32, 64, 128), vendor_q_len_heads=None, unsure="fail"):
     """The repository's perf.yml with the gate's numbers set here, so these tests do not move with it."""
     raw = copy.deepcopy(RAW)
     g = raw["gate"]
@@ -47,6 +47,7 @@ def make_cfg(threshold=0.025, screen=0.0125, alpha=0.01, min_samples=20, floor=0
                          samples_per_window=max(min_samples, raw["timing"]["samples_per_window"]))
     g["vendor_ratio"]["cuda"].update(floor=floor, max_drop=max_drop)
     g["drift"].update(lookback=lookback, max_slowdown=max_slowdown)
+    g["confirm"]["unsure"] = unsure
     raw["platforms"]["cuda"]["vendor_heads"] = list(vendor_heads)
     raw["platforms"]["cuda"]["vendor_q_len_heads"] = list(vendor_heads if vendor_q_len_heads is None
                                                           else vendor_q_len_heads)
@@ -229,6 +230,37 @@ def test_results_without_samples_name_the_side(side, empty):
                                                    "--record-samples; `mlagate record` does)")]
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1e-4, 0.0])  # 0.0: a time is > 0, not >= 0
+@pytest.mark.parametrize("sides", [("base",), ("head",), ("base", "head")])
+def test_samples_that_are_not_finite_times_over_zero_are_an_error_naming_the_first_bad_side(sides, bad):
+    times = {side: samples(100)[:-1] + (bad,) if side in sides else samples(100) for side in ("base", "head")}
+    base = results("base", {HOP: Entry("ok", 100e-6, times["base"])}, {HOP: 0.8})
+    head = results("head", {HOP: Entry("ok", 100e-6, times["head"])}, {HOP: 0.8})
+    verdict = decide.evaluate(base, head, CFG, "cuda")
+    cv = one(verdict)
+    assert (cv.status, verdict.outcome, cv.change) == (Status.ERROR, Outcome.ERROR, None)
+    assert notes(cv.reasons) == [(Kind.BAD_SAMPLES, f"{sides[0]} samples are not all finite times > 0")]
+
+
+WIDE = samples(100, spread=0.06)  # 40 samples +-6%: the smallest slowdown they can show is +3.2%
+
+
+def test_samples_that_cannot_show_the_threshold_are_under_powered():
+    same = results("base", {HOP: WIDE}, {HOP: 0.8}), results("head", {HOP: WIDE}, {HOP: 0.8})
+    cv = one(decide.evaluate(*same, CFG, "cuda"))
+    assert cv.status == Status.PASS and cv.detectable == pytest.approx(0.0315, abs=1e-4)
+    assert notes(cv.warnings) == [(Kind.UNDER_POWERED, "under-powered: the smallest slowdown its record samples "
+                                                       "could show is +3.2% (alpha 0.01, power 80%), above the "
+                                                       "+2.5% threshold")]
+
+
+def test_a_detectable_change_at_the_threshold_is_not_under_powered():
+    same = results("base", {HOP: WIDE}, {HOP: 0.8}), results("head", {HOP: WIDE}, {HOP: 0.8})
+    detectable = stats.detectable_change(WIDE, WIDE, 0.01, decide.POWER)
+    cv = one(decide.evaluate(*same, make_cfg(threshold=detectable), "cuda"))
+    assert cv.detectable == detectable and cv.warnings == []
+
+
 # -- confirmation ---------------------------------------------------------------------
 
 def test_without_a_confirmation_a_case_over_the_threshold_fails_and_says_so_when_one_was_expected():
@@ -269,6 +301,33 @@ def test_a_vendor_ratio_drop_is_confirmed_at_its_own_smaller_threshold():
     assert dropped.confirmation["agrees"] is True and dropped.status == Status.REGRESSION
     flagged = one(evaluate(head_us=103.0, cfg=cfg, confirmations=confirm))
     assert flagged.confirmation["agrees"] is False and flagged.status == Status.PASS
+
+
+@pytest.mark.parametrize("confirmation", [
+    ((), samples(103)), (samples(100), ()),                     # a side without samples
+    (samples(100), samples(103)[:-1] + (math.nan,)),            # samples, not all of them times
+    (samples(100)[:-1] + (0.0,), samples(103)),
+])
+def test_a_re_measure_without_samples_or_with_bad_ones_is_an_error(confirmation):
+    verdict = evaluate(head_us=103.0, confirmations={HOP: confirmation})
+    cv = one(verdict)
+    assert (cv.status, verdict.outcome, cv.confirmation) == (Status.ERROR, Outcome.ERROR, None)
+    assert [n.kind for n in cv.reasons] == [Kind.LATENCY, Kind.BAD_REMEASURE]
+    assert cv.reasons[1].text == "the interleaved re-measure gave no samples or samples that are not finite times > 0"
+
+
+def test_an_unsure_case_passes_with_a_warning_where_perf_yml_says_pass():
+    confirm = {HOP: ((1.0, 1.01, 0.99), (1.1, 1.11, 1.09))}  # three samples a side: no interval, unsure
+    verdict = evaluate(head_us=103.0, cfg=make_cfg(unsure="pass"), confirmations=confirm)
+    cv = one(verdict)
+    assert (cv.status, verdict.outcome, verdict.unsure_fails) == (Status.UNSURE, Outcome.PASS, False)
+    assert notes(cv.warnings) == [(Kind.UNSURE_PASSED, "unsure, passed: perf.yml's gate.confirm.unsure is pass")]
+
+
+def test_unsure_pass_says_nothing_of_a_case_the_re_measure_decided():
+    confirm = {HOP: (samples(100, n=30), samples(104, n=31))}
+    cv = one(evaluate(head_us=102.0, cfg=make_cfg(unsure="pass"), confirmations=confirm))
+    assert cv.status == Status.REGRESSION and cv.warnings == []
 
 
 # -- the vendor ratio -----------------------------------------------------------------
@@ -357,6 +416,17 @@ def test_no_vendor_ratio_where_the_vendor_has_no_kernel_for_the_query_tokens():
 def test_the_ratio_rules_hold_only_the_platforms_tilelang_config():
     cv = one(evaluate(case=CDNA, head_ratio=None))  # gated, but the cuda platform's tilelang is hopper
     assert cv.status == Status.PASS and cv.vendor_ratio is None and cv.warnings == []
+
+
+def test_an_fp8_cache_reads_its_own_vendors_kernels_in_the_env_sidecars():
+    """The fp8 cache's vendor is flashinfer: its version moved, so the ratio drop is re-baselined, not failed."""
+    fp8 = ("tilelang-hopper", 64, 4096, "bfloat16", 16, 1, "float8_e4m3fn", "dense")
+    envs = tuple({"start": {"vendors": {"flashinfer": {"version": v, "kernels": {}}}}} for v in ("0.7", "0.8"))
+    cv = one(evaluate(case=fp8, head_ratio=0.72, envs=envs))
+    assert cv.status == Status.PASS and cv.reasons == [] and not cv.ratio_dropped
+    assert notes(cv.warnings) == [(Kind.VENDOR_CHANGED, "vendor kernel changed: flashinfer 0.7 ran its kernel in "
+                                                        "base, 0.8 its kernel in head; the ratio (0.8 → 0.72) is "
+                                                        "re-baselined, not gated")]
 
 
 # -- case states ------------------------------------------------------------------------
