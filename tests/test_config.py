@@ -5,7 +5,11 @@ import pytest
 import yaml
 
 from mlagate import config
-from mlagate.config.reader import UniqueKeyLoader
+from mlagate.config import platforms as config_platforms
+from mlagate.config import tune as config_tune
+from mlagate.config.confirm import Confirm, parse_confirm
+from mlagate.config.platforms import Vendor
+from mlagate.config.reader import KeyReader, UniqueKeyLoader
 
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 
@@ -147,3 +151,78 @@ def test_a_recorded_workload_perf_yml_no_longer_lists_is_refused_naming_it_with_
     assert str(refused.value) == (f"workloads.gone-4k: not in perf.yml, but {Case(*key).label(tag=True)} was "
                                   "recorded")
     assert "@0123abcd" in str(refused.value)
+
+
+def confirm_with(**values):
+    section = {"min_rounds": 2, "max_rounds": 2, "budget_s": 60, "unsure": "pass", **values}
+    return parse_confirm(KeyReader(section, "gate.confirm"))
+
+
+def test_confirm_max_rounds_may_be_two_the_least_an_interval_needs():
+    assert confirm_with(min_rounds=2, max_rounds=2) == Confirm(2, 2, 60.0, False)
+
+
+def test_confirm_max_rounds_below_two_is_refused_by_its_own_floor_before_min_rounds():
+    with pytest.raises(config.ConfigError) as refused:
+        confirm_with(max_rounds=1)
+    assert str(refused.value) == "gate.confirm.max_rounds: must be >= 2, got 1"
+
+
+SMEM = {"sm_90": 232448, "gfx942": 65536}
+
+
+def tune_of(section):
+    return config_tune.parse(KeyReader({"tune": section}), config.TILELANG_FAMILIES, SMEM)
+
+
+@pytest.mark.parametrize("section,message", [
+    ({"ampere": {"arch": "sm_80", "space": {"threads": [128]}}},
+     "tune.ampere: unknown config family (known: hopper, seesaw, cdna3)"),
+    ({"hopper": {"arch": "sm_80", "space": {"threads": [128]}}},
+     "tune.hopper.arch: 'sm_80' has no gate.build.shared_memory_limit (known: sm_90, gfx942)"),
+    ({"hopper": {"arch": "sm_90", "space": {}}},
+     "tune.hopper.space: must list at least one of block_N, block_H, num_split, threads, num_stages, policy"),
+])
+def test_a_bad_tune_entry_lists_what_is_known_in_full(section, message):
+    with pytest.raises(config.ConfigError) as refused:
+        tune_of(section)
+    assert str(refused.value) == message
+
+
+ROCM = {"vendor": "aiter", "tilelang": "tilelang-cdna3", "dtypes": ["bfloat16"], "vendor_heads": [16],
+        "vendor_q_len_heads": [16], "page_size": 1}
+CUDA = {"vendor": "flash_mla", "tilelang": "tilelang-seesaw", "dtypes": ["float16"], "vendor_heads": [16, 128],
+        "vendor_q_len_heads": [16], "page_size": 64, "kv_dtypes": ["float16", "float8_e4m3fn"],
+        "fp8_vendor": {"impl": "flashinfer", "heads": [16, 64], "q_len_heads": [16]}}
+
+
+def cuda_with(**values):
+    """The platforms section with cuda's keys changed (None drops a key), cuda's Platform read from it."""
+    cuda = {k: v for k, v in {**CUDA, **values}.items() if v is not None}
+    return config_platforms.parse(KeyReader({"platforms": {"rocm": ROCM, "cuda": cuda}}), config.KNOWN_IMPLS)["cuda"]
+
+
+def refusal(**values) -> str:
+    with pytest.raises(config.ConfigError) as refused:
+        cuda_with(**values)
+    return str(refused.value)
+
+
+def test_a_page_size_below_one_token_is_refused():
+    assert refusal(page_size=0) == "platforms.cuda.page_size: must be >= 1, got 0"
+
+
+def test_an_fp8_cache_without_its_vendor_says_why_it_needs_one():
+    assert refusal(fp8_vendor=None) == ("platforms.cuda.fp8_vendor: missing (kv_dtypes holds an fp8 cache, whose "
+                                        "ratio needs its vendor kernel)")
+
+
+def test_an_fp8_vendors_heads_are_query_head_counts():
+    assert refusal(fp8_vendor={"impl": "flashinfer", "heads": [24]}) == \
+        "platforms.cuda.fp8_vendor.heads: 24 is not one of 16, 32, 64, 128"
+
+
+def test_an_fp8_vendor_without_q_len_heads_takes_q_len_1_only():
+    assert cuda_with(fp8_vendor={"impl": "flashinfer", "heads": [16, 64]}).fp8_vendor == \
+        Vendor("flashinfer", (16, 64), ())
+
