@@ -8,8 +8,9 @@ from mlagate import config
 from mlagate.config import platforms as config_platforms
 from mlagate.config import tune as config_tune
 from mlagate.config.confirm import Confirm, parse_confirm
-from mlagate.config.platforms import Vendor
+from mlagate.config.platforms import Platform, Vendor
 from mlagate.config.reader import KeyReader, UniqueKeyLoader
+from mlagate.config.workloads import Workload
 
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 
@@ -226,3 +227,48 @@ def test_an_fp8_vendor_without_q_len_heads_takes_q_len_1_only():
     assert cuda_with(fp8_vendor={"impl": "flashinfer", "heads": [16, 64]}).fp8_vendor == \
         Vendor("flashinfer", (16, 64), ())
 
+
+# flash_mla at 16 and 128 heads, q_len > 1 at 16 only; its fp8 cache held to flashinfer at 16 and 64, q_len > 1 at 16
+HOPPER = Platform("flash_mla", "tilelang-seesaw", ("float16",), (16, 128), 64, (16,), ("float16", "float8_e4m3fn"),
+                  Vendor("flashinfer", (16, 64), (16,)))
+
+
+@pytest.mark.parametrize("heads,q_len,kv_dtype,has", [
+    (128, 1, None, True), (128, 2, None, False), (16, 2, None, True),  # q_len 1 needs no q_len head
+    (128, 1, "float8_e4m3fn", False), (64, 1, "float8_e4m3fn", True), (64, 2, "float8_e4m3fn", False),
+])
+def test_has_vendor_kernel_reads_the_vendor_of_the_cache(heads, q_len, kv_dtype, has):
+    assert HOPPER.has_vendor_kernel(heads, q_len, kv_dtype) is has
+
+
+def config_on(platform, impls=("flash_mla",)):
+    """A Config of one dense grid on cuda: all that cases and listed_keys read."""
+    grid = config.Grid({"g": ((8,), (256,), (16, 64, 128), (1, 2))}, {"g": ()})
+    return config.Config(grid, impls, {"cuda": platform}, None, {}, None, {}, {}, "")
+
+
+def test_a_vendor_kernel_is_measured_only_where_the_vendor_of_its_cache_has_one():
+    cases = config_on(HOPPER).cases("g", ["flash_mla", "flashinfer"], "cuda")
+    points = {}
+    for c in cases:
+        points.setdefault((c.impl, c.kv_dtype), []).append((c.heads, c.q_len))
+    every = [(16, 1), (16, 2), (64, 1), (64, 2), (128, 1), (128, 2)]
+    assert points == {
+        ("flash_mla", "float16"): [(16, 1), (16, 2), (128, 1)],
+        ("flash_mla", "float8_e4m3fn"): every,  # not the fp8 cache's vendor: measured as any other kernel
+        ("flashinfer", "float16"): every,
+        ("flashinfer", "float8_e4m3fn"): [(16, 1), (16, 2), (64, 1)],
+    }
+
+
+def test_listed_keys_hold_every_query_dtype_not_only_the_platforms():
+    keys = config_on(HOPPER).listed_keys("cuda")
+    assert {(k[3], k[6]) for k in keys} == {("float16", "float16"), ("bfloat16", "bfloat16"),
+                                            ("bfloat16", "float8_e4m3fn")}
+
+
+def test_a_workload_case_defaults_to_plain_decode_over_the_querys_own_cache():
+    w = Workload("even", "uniform", 512, (4,), (16,))
+    case = config.Config._workload_case(w, "flash_mla", 4, "float16", 16, HOPPER)
+    assert case.key == ("flash_mla", 4, 512, "float16", 16, 1, "float16", w.tag(64))
+    assert case.lengths == (512,) * 4
