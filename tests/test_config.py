@@ -10,7 +10,6 @@ from mlagate.config import tune as config_tune
 from mlagate.config.confirm import Confirm, parse_confirm
 from mlagate.config.platforms import Platform, Vendor
 from mlagate.config.reader import KeyReader, UniqueKeyLoader
-from mlagate.config.workloads import Workload
 
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
 
@@ -265,10 +264,3 @@ def test_listed_keys_hold_every_query_dtype_not_only_the_platforms():
     keys = config_on(HOPPER).listed_keys("cuda")
     assert {(k[3], k[6]) for k in keys} == {("float16", "float16"), ("bfloat16", "bfloat16"),
                                             ("bfloat16", "float8_e4m3fn")}
-
-
-def test_a_workload_case_defaults_to_plain_decode_over_the_querys_own_cache():
-    w = Workload("even", "uniform", 512, (4,), (16,))
-    case = config.Config._workload_case(w, "flash_mla", 4, "float16", 16, HOPPER)
-    assert case.key == ("flash_mla", 4, 512, "float16", 16, 1, "float16", w.tag(64))
-    assert case.lengths == (512,) * 4

@@ -148,7 +148,7 @@ class Config:
         return full
 
     @staticmethod
-    def _workload_case(w, impl, batch, dtype, heads, p: Platform, q_len: int = 1, kv_dtype: str = "") -> Case:
+    def _workload_case(w, impl, batch, dtype, heads, p: Platform, q_len: int, kv_dtype: str) -> Case:
         return Case(impl, batch, w.mean, dtype, heads, q_len, kv_dtype, w.tag(p.page_size), page_size=p.page_size,
                     lengths=w.lengths(batch))
 
