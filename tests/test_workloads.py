@@ -8,6 +8,8 @@ import torch
 
 from mlagate import config
 from mlagate.case import DENSE, Case, CaseResult, RunStatus
+from mlagate.config import workloads as config_workloads
+from mlagate.config.reader import KeyReader
 from mlagate.config.workloads import Workload
 from mlagate.measure import impls
 from mlagate.store.results_file import BENCH_TIME, parse_results_file
@@ -222,3 +224,41 @@ def test_a_workload_case_depends_on_its_familys_kernel_files_over_pages():
             "kernels/tuned/sm_90.yaml"} <= files
     hopper = case_files(("tilelang-hopper", *key[1:]), "sm_90")
     assert "kernels/mla_decode_paged.py" in hopper and "kernels/mla_decode_seesaw.py" not in hopper
+
+
+UNIFORM = {"distribution": "uniform", "mean": 64, "batch": [8], "heads": [16], "q_len": [1]}
+LOGNORMAL = {**UNIFORM, "distribution": "lognormal", "min": 16, "max": 256, "sigma": 1.0, "seed": 0}
+
+
+def workload_of(entry, **values):
+    """Workload `w` of a workloads section holding only it (None drops a key); q_len 1 and 2 allowed."""
+    w = {k: v for k, v in {**entry, **values}.items() if v is not None}
+    return config_workloads.parse(KeyReader({"workloads": {"w": w}}), config.HEADS, (1, 2))["w"]
+
+
+@pytest.mark.parametrize("entry, values, message", [
+    (UNIFORM, {"batch": None}, "workloads.w.batch: missing"),
+    (UNIFORM, {"mean": 131073}, "workloads.w.mean: must be <= 131072, got 131073"),  # a uniform one has no max
+    (UNIFORM, {"q_len": [3]}, "workloads.w.q_len: 3 is not one of 1, 2"),
+    (LOGNORMAL, {"min": 0}, "workloads.w.min: must be >= 1, got 0"),
+    (LOGNORMAL, {"sigma": 0}, "workloads.w.sigma: must be > 0, got 0.0"),  # no spread is uniform's
+    (LOGNORMAL, {"sigma": 4.5}, "workloads.w.sigma: must be <= 4, got 4.5"),
+    (UNIFORM, {"mean": 1, "q_len": [2]}, "workloads.w.q_len: 2 query tokens, but batch 8 holds a sequence of 1 "
+                                         "(the kernels refuse a cache shorter than its query tokens)"),
+])
+def test_a_bad_workload_is_refused_with_its_whole_message(entry, values, message):
+    with pytest.raises(config.ConfigError) as refused:
+        workload_of(entry, **values)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("entry, values, expected, lengths", [
+    (UNIFORM, {"batch": [4096]}, Workload("w", "uniform", 64, (4096,), (16,)), (64,) * 4096),  # MAX_BATCH
+    (LOGNORMAL, {"mean": 16}, Workload("w", "lognormal", 16, (8,), (16,), (1,), 16, 256, 1.0, 0), (16,) * 8),
+    (LOGNORMAL, {"mean": 256}, Workload("w", "lognormal", 256, (8,), (16,), (1,), 16, 256, 1.0, 0), (256,) * 8),
+    (UNIFORM, {"mean": 2, "q_len": [2]}, Workload("w", "uniform", 2, (8,), (16,), (2,)), (2,) * 8),
+])
+def test_a_workload_at_its_bounds_is_taken(entry, values, expected, lengths):
+    """The largest batch, a mean at min or at max (every sequence then at it), a cache as long as its query."""
+    workload = workload_of(entry, **values)
+    assert workload == expected and workload.lengths(expected.batch[0]) == lengths
