@@ -92,13 +92,36 @@ def test_nan_and_inf_are_not_numbers_here(section, key, value):
 
 
 def test_an_integer_too_large_for_a_float_names_the_key():
-    with pytest.raises(config.ConfigError, match="gate.latency.threshold: must be a finite number"):
+    with pytest.raises(config.ConfigError) as refused:
         parse_with(lambda r: r["gate"]["latency"].update(threshold=10 ** 400))
+    assert str(refused.value) == ("gate.latency.threshold: must be a finite number, got an integer too large for "
+                                  "a float")
 
 
 def test_arch_names_must_be_strings():
-    with pytest.raises(config.ConfigError, match="roofline.90: keys must be names"):
+    with pytest.raises(config.ConfigError) as refused:
         parse_with(lambda r: r["roofline"].update({90: {"tflops": 1.0, "tbps": 1.0}}))
+    assert str(refused.value) == "roofline.90: keys must be names (strings), got int"
+
+
+def test_a_section_under_a_value_that_is_no_mapping_reads_as_missing():
+    with pytest.raises(config.ConfigError) as refused:
+        KeyReader([1, 2], "grid").section("quick", ())
+    assert str(refused.value) == "grid.quick: must be a mapping, got NoneType"
+
+
+def test_a_mapping_names_its_first_missing_required_key():
+    """kernels/tuned.py reads its entries so."""
+    with pytest.raises(config.ConfigError) as refused:
+        KeyReader.mapping({"a": 1}, "entry", ("a", "b", "c"), required=("a", "b", "c"))
+    assert str(refused.value) == "entry.b: missing"
+
+
+def test_an_int_list_takes_its_maximum_and_refuses_one_over():
+    assert KeyReader({"n": [0, 4]}).int_list("n", minimum=0, maximum=4) == (0, 4)
+    with pytest.raises(config.ConfigError) as refused:
+        KeyReader({"n": [4, 5]}).int_list("n", maximum=4)
+    assert str(refused.value) == "n: every entry must be <= 4, got 5"
 
 
 def test_a_duplicate_key_names_the_key_and_its_line(tmp_path):
@@ -118,6 +141,37 @@ def test_yaml_reads_as_safe_load_otherwise():
     assert math.isnan(loaded.pop("c")) and math.isnan(expected.pop("c"))
     assert loaded == expected and loaded["b"] == {"p": 2, "q": [1, 2]}
     assert yaml.load(config.DEFAULT_PATH.read_text(), Loader=UniqueKeyLoader) == RAW
+
+
+def test_recursive_aliases_load_as_with_safe_load():
+    """An alias is checked once, where its anchor is: a node holding itself must not recurse forever."""
+    loaded = yaml.load("a: &x [*x]\nb: &y {c: *y}\n", Loader=UniqueKeyLoader)
+    assert loaded["a"] == [loaded["a"]] and loaded["a"][0] is loaded["a"]
+    assert loaded["b"]["c"] is loaded["b"]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("a:\n  - b: 1\n    b: 2\n", "a.b: duplicate key at line 3 (first at line 2)"),  # in a list's entry
+    ("x: &x {p: 1}\ny:\n  <<: *x\n  q: 1\n  q: 2\n", "y.q: duplicate key at line 5 (first at line 4)"),  # after <<
+])
+def test_a_duplicate_key_is_found_inside_lists_and_after_a_merge(text, message):
+    with pytest.raises(config.ConfigError) as refused:
+        yaml.load(text, Loader=UniqueKeyLoader)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("text,problem", [
+    ("? [1, 2]\n: v\n", "found unhashable key"),  # a list as a key
+    ("? !!seq k\n: v\n", "expected a sequence node, but found scalar"),  # a scalar tagged as a list
+])
+def test_a_key_that_cannot_be_built_is_yamls_error(text, problem):
+    """The duplicate check reads keys before the document is built: a key that cannot be one is a YAML error
+    (config.load: "not valid YAML"), as yaml.safe_load's, never a crash in the check."""
+    with pytest.raises(yaml.constructor.ConstructorError):
+        yaml.safe_load(text)
+    with pytest.raises(yaml.constructor.ConstructorError) as refused:
+        yaml.load(text, Loader=UniqueKeyLoader)
+    assert refused.value.problem == problem
 
 
 def test_a_platforms_vendor_impls_are_its_vendor_then_its_fp8_caches_each_once():
