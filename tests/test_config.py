@@ -266,6 +266,10 @@ def test_a_page_size_below_one_token_is_refused():
     assert refusal(page_size=0) == "platforms.cuda.page_size: must be >= 1, got 0"
 
 
+def test_vendor_q_len_heads_are_among_vendor_heads():
+    assert refusal(vendor_q_len_heads=[64]) == "platforms.cuda.vendor_q_len_heads: 64 is not one of 16, 128"
+
+
 def test_an_fp8_cache_without_its_vendor_says_why_it_needs_one():
     assert refusal(fp8_vendor=None) == ("platforms.cuda.fp8_vendor: missing (kv_dtypes holds an fp8 cache, whose "
                                         "ratio needs its vendor kernel)")
