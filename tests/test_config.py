@@ -34,6 +34,11 @@ def test_repository_config_loads():
 @pytest.mark.parametrize("change,message", [
     (lambda r: r["gate"]["latency"].update(treshold=0.1), "gate.latency.treshold: unknown key"),
     (lambda r: r.update(extra=1), "extra: unknown key"),
+    (lambda r: r.update({1: "x"}), r"^1: unknown key \(keys are names, got int\)$"),
+    # s_q: the kernels take 1..8, so 8 loads (test below) and 9 is refused, in the grid and in a workload
+    (lambda r: r["grid"]["full"].update(q_len=[9]), "^grid.full.q_len: 9 is not one of 1, 2, 3, 4, 5, 6, 7, 8$"),
+    (lambda r: r["workloads"]["uniform-paged"].update(q_len=[9]),
+     "^workloads.uniform-paged.q_len: 9 is not one of 1, 2, 3, 4, 5, 6, 7, 8$"),
     (lambda r: r["timing"].update(window_ms=0), r"timing.window_ms: must be > 0, got 0.0"),
     (lambda r: r["timing"].update(min_samples="many"), "timing.min_samples: must be int, got 'many'"),
     (lambda r: r["timing"].update(max_clock_drop=1.5), "timing.max_clock_drop: must be <= 1"),
@@ -57,6 +62,10 @@ def test_repository_config_loads():
 def test_invalid_values_name_the_key(change, message):
     with pytest.raises(config.ConfigError, match=message):
         parse_with(change)
+
+
+def test_eight_query_tokens_load():
+    assert parse_with(lambda r: r["grid"]["full"].update(q_len=[8])).grid.sizes["full"][3] == (8,)
 
 
 def test_load_reports_the_file(tmp_path):
