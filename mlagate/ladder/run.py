@@ -142,19 +142,19 @@ def run_ladder(cfg: Config, p: Plan, echo=print) -> dict:
 def calibrate(cfg: Config, p: Plan, echo) -> dict:
     """Per case: the base kernel's median, the slope of its probe commit's spin, each step's cycles, and
     each step commit measured against base (its ``injected`` share)."""
-    from mlagate.measure import environment
+    from mlagate.measure import environment, interleaved
 
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{p.base[:8]}-{os.getpid()}"
     device = environment.device()
     base = {}
-    _compile_ahead(p, [p.base], echo)
+    interleaved.compile_ahead(repository(), [p.base], p.cases, echo)
     for case in p.cases:
         echo(f"calibrating the spin on {case.label()}: base kernel")
         base[case.label()] = _medians(_timed(cfg, {"base": p.base}, case, device, rounds=1))["base"]
     probes = {c.label(): ladder.probe_cycles(base[c.label()]) for c in p.cases}
     probe = commit_on_base(p, run_id, "probe", "the calibration's probe", patched_files(
         p, "probe", {ladder.shape_key(c.key): probes[c.label()] for c in p.cases}, run_id))
-    _compile_ahead(p, [probe], echo)
+    interleaved.compile_ahead(repository(), [probe], p.cases, echo)
     per_case = {}
     for case in p.cases:
         echo(f"calibrating the spin on {case.label()}: {probes[case.label()]} cycles, {CALIBRATION_ROUNDS} "
@@ -167,7 +167,7 @@ def calibrate(cfg: Config, p: Plan, echo) -> dict:
                                                                   if s > 0 else None} for s in p.steps}}
     commits = step_commits(p, run_id, per_case)
     spun = {ladder.step_name(s): c for s, c in commits.items() if s > 0}
-    _compile_ahead(p, list(spun.values()), echo)
+    interleaved.compile_ahead(repository(), list(spun.values()), p.cases, echo)
     for case in p.cases:  # each step on its own against base, as the gate's re-measure times a change
         echo(f"measuring each step's spin on {case.label()} against base ({CALIBRATION_ROUNDS} alternated rounds)")
         mine = per_case[case.label()]
@@ -178,22 +178,6 @@ def calibrate(cfg: Config, p: Plan, echo) -> dict:
             step["injected"] = pair["step"] / pair["base"] - 1 if pair else 0.0
     return {"run_id": run_id, **p.identity(), "probe_commit": probe,
             "rounds": CALIBRATION_ROUNDS, "cases_calibrated": per_case}
-
-
-def _compile_ahead(p: Plan, commits: list, echo):
-    """Compile the dense cases' kernels at ``commits`` in parallel processes before they are timed: each launch
-    then loads its kernel from TileLang's disk cache. One after another they took ~10 s each, ~240 s of a
-    calibration. Only a head start: a failure here is a line, the launch reports its own."""
-    from mlagate.measure import interleaved, precompile
-
-    items = [(repository(), commit, case) for commit in commits for case in p.cases if not case.paged]
-    start = time.monotonic()
-    failed = [f"{case.label()} at {commit[:10]}: {type(outcome).__name__}: {str(outcome)[-300:]}"
-              for (_, commit, case), outcome in precompile.in_processes(interleaved.compile_at, items,
-                                                                         precompile.default_jobs())
-              if isinstance(outcome, Exception)]
-    echo(f"compiled {len(items) - len(failed)} of {len(items)} kernels in parallel ({time.monotonic() - start:.0f} s)"
-         + "".join(f"\n  failed: {line}" for line in failed))
 
 
 def _timed(cfg: Config, commits: dict, case: Case, device, rounds: int = CALIBRATION_ROUNDS) -> dict:

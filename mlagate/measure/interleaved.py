@@ -126,6 +126,21 @@ def compile_at(item) -> None:
     module.compiled(dense_shape(module, case), config)
 
 
+def compile_ahead(repo, commits: list, cases, echo=print):
+    """compile_at for each dense case of ``cases`` at each of ``commits``, in parallel processes: launch_at then
+    loads each kernel from TileLang's disk cache (one after another, each took ~10 s). Only a head start: a
+    failure here is a line, the launch reports its own."""
+    from mlagate.measure import precompile
+
+    items = [(repo, commit, case) for commit in commits for case in cases if not case.paged]
+    start = time.monotonic()
+    failed = [f"{case.label()} at {commit[:10]}: {type(outcome).__name__}: {str(outcome)[-300:]}"
+              for (_, commit, case), outcome in precompile.in_processes(compile_at, items, precompile.default_jobs())
+              if isinstance(outcome, Exception)]
+    echo(f"compiled {len(items) - len(failed)} of {len(items)} kernels in parallel ({time.monotonic() - start:.0f} s)"
+         + "".join(f"\n  failed: {line}" for line in failed))
+
+
 def launch_at(repo, commit, case: Case, inputs: Inputs):
     """The checked launch of ``case``'s TileLang kernel as ``commit`` has it: kernel file and tuned table."""
     module = kernel_module_at(repo, commit)
