@@ -1,6 +1,8 @@
 """The store's files as written and refused: a sidecar's text, the refusal of a commit already recorded, and
 what a results-branch push counts as a change (git status -z, renames, mlagate's control files)."""
 
+import json
+
 import pytest
 
 import gate_fixtures as fx
@@ -8,6 +10,7 @@ from mlagate.store import files
 from mlagate.store.branch import commit_branch
 from mlagate.store.errors import StoreError
 from mlagate.store.results import Store, refuse_recorded
+from mlagate.store.results_file import BENCH_TIME, Entry, parse_results_file
 from test_store import _branch, git
 
 
@@ -64,3 +67,118 @@ def test_a_journal_of_the_wrong_shape_is_refused_naming_what_is_wrong_and_what_t
         files.read_journal(tmp_path)
     journal = tmp_path / files.JOURNAL
     assert str(refused.value) == f"{journal}: unreadable install journal ({why}); move it away to go on"
+
+
+# -- a results file read: each refusal's whole message ------------------------------------------------
+
+A = "ab" + "0" * 38
+PARAMS = [["'tilelang-hopper'"], ["64", "128"], ["4096"], ["'float16'"], ["128"]]  # two cases: b=64, b=128
+WORKLOAD_PARAMS = [*PARAMS, ["1"], ["''"], ["'ragged-4k@ab'"]]
+CASE_64 = ("tilelang-hopper", 64, 4096, "float16", 128, 1, "float16", "dense")
+LABEL_64 = "tilelang-hopper h=128 b=64 s=4096 float16"
+OTHER = "mla_decode.Other.track_x"  # a benchmark mlagate does not record: any finite number, no bounds
+TIME_WORKLOAD = "mla_decode.TimeWorkload.time_decode"
+
+
+def _results(results=None, **header) -> dict:
+    """An asv 0.6 results file of commit A: by default one time benchmark, its two cases measured."""
+    data = {"commit_hash": A, "env_name": "e", "date": 1700000000000, "params": {}, "requirements": {},
+            "result_columns": ["result", "params", "version", "samples"],
+            "results": {BENCH_TIME: [[1e-4, 2e-4], PARAMS, "v", [[1e-4, 1.1e-4], None]]} if results is None
+            else results, "durations": {}, "version": 2}
+    return {**data, **header}
+
+
+def _write(folder, data):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{A[:8]}-e.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _refusal(tmp_path, data) -> str:
+    """What parse_results_file says of ``data``, after the prefix that names the file."""
+    path = _write(tmp_path, data)
+    with pytest.raises(StoreError) as raised:
+        parse_results_file(path)
+    prefix = f"{path}: not a valid asv results file: "
+    assert str(raised.value).startswith(prefix)
+    return str(raised.value).removeprefix(prefix)
+
+
+@pytest.mark.parametrize("data, message", [
+    ([], "a JSON list, not an object"),
+    (_results(commit_hash="abc"), "commit_hash 'abc' is not a full commit hash"),
+    (_results(date=-1), "date -1 is not a timestamp"),
+    (_results(result_columns=["result"]), "result_columns ['result'] lack result and params"),  # a list, no params
+    (_results(results=[]), "results: a list, not an object"),
+], ids=["not-an-object", "commit_hash", "date", "result_columns", "results"])
+def test_a_results_file_with_a_bad_header_is_refused_naming_the_key(tmp_path, data, message):
+    assert _refusal(tmp_path, data) == message
+
+
+@pytest.mark.parametrize("row, message", [
+    ({}, f"{BENCH_TIME}: a dict where asv writes a list of columns"),
+    ([[1e-4], [["'a'"], "64"]], """params must be a list of lists, got [["'a'"], '64']"""),  # a list, one item not
+    ([[1e-4, 2e-4], [*PARAMS[:1], ["64", "64"], *PARAMS[2:4]]],
+     """params repeat a value: [["'tilelang-hopper'"], ['64', '64'], ['4096'], ["'float16'"], ['128'], ['1'], """
+     """["''"], ["'dense'"]]"""),
+    ([[1e-4], [*PARAMS[:1], [64], *PARAMS[2:4]]], "parameter batch: 64 is not a positive integer"),  # not a str
+    ([[1e-4], [*PARAMS[:1], ["0"], *PARAMS[2:4]]], "parameter batch: '0' is not a positive integer"),
+    ([[1e-4], [["1"], *PARAMS[1:4]]], "parameter impl: '1' is not a quoted name"),
+    ([[1e-4], [*PARAMS[:1], ["64"], *PARAMS[2:], ["1"], ["'int4'"], ["'dense'"]]],
+     "parameter kv_dtype: 'int4' is not a dtype (float16, bfloat16, float32, float8_e4m3fn, float8_e4m3fnuz)"),
+    ([[1e-4], PARAMS], f"{BENCH_TIME} results: 1 where 2 per-case values go"),
+    (["ab", PARAMS], f"{BENCH_TIME} results: str where 2 per-case values go"),  # a str of the right length
+    ([[1e-4, 2e-4], PARAMS, "v", [None]], f"{BENCH_TIME} samples: 1 where 2 per-case values go"),
+    ([None, PARAMS], f"{BENCH_TIME}: no results"),
+], ids=["row", "params-list", "params-repeat", "batch-int", "batch-zero", "impl", "kv_dtype", "results-short",
+        "results-str", "samples-short", "no-results"])
+def test_a_benchmark_row_asv_never_writes_is_refused_naming_what_is_wrong(tmp_path, row, message):
+    assert _refusal(tmp_path, _results({BENCH_TIME: row})) == message
+
+
+def test_a_workload_benchmark_without_a_workload_is_refused_naming_the_parameters(tmp_path):
+    assert _refusal(tmp_path, _results({TIME_WORKLOAD: [[1e-4, 2e-4], PARAMS]})) == (
+        f"""{TIME_WORKLOAD}: params [["'tilelang-hopper'"], ['64', '128'], ['4096'], ["'float16'"], ['128']] do not """
+        "name a workload (impl, batch, seqlen, dtype, heads, q_len, kv_dtype, workload)")
+
+
+@pytest.mark.parametrize("value, samples, message", [
+    (0.0, None, "value 0.0 is not a positive finite number"),  # not 'outside the physical bounds'
+    (-1.0, None, "value -1.0 is not a positive finite number"),
+    (10**400, None, f"value 1{'0' * 59} is not a positive finite number"),  # an int past float's range
+    (100.0, None, "value 100.0 is outside the physical bounds [1e-09, 10]s"),
+    (1e-4, [0.0, 1e-4], "sample 0 of 2 is 0.0, not a positive finite number"),
+    (1e-4, [1e-4, 100.0], "sample 1 of 2 is 100.0, outside the physical bounds [1e-09, 10]s"),
+], ids=["zero", "negative", "huge-int", "out-of-bounds", "sample-zero", "sample-out-of-bounds"])
+def test_a_time_that_is_no_positive_physical_number_is_refused_naming_the_case(tmp_path, value, samples, message):
+    row = [[value, 2e-4], PARAMS, "v", [samples, None]]
+    assert _refusal(tmp_path, _results({BENCH_TIME: row})) == f"{BENCH_TIME} {LABEL_64}: {message}"
+
+
+@pytest.mark.parametrize("value, samples, message", [
+    ("x", None, "value 'x' is not a finite number"),
+    (1.0, ["x"], "sample 0 of 1 is 'x', not a finite number"),
+], ids=["value", "sample"])
+def test_another_benchmark_s_value_need_only_be_finite_and_its_refusal_says_so(tmp_path, value, samples, message):
+    assert _refusal(tmp_path, _results({OTHER: [[value, 2e-4], PARAMS, "v", [samples, None]]})) == (
+        f"{OTHER} {LABEL_64}: {message}")
+
+
+def test_another_benchmark_reads_zero_and_negative_values(tmp_path):
+    commit, date, benchmarks = parse_results_file(_write(tmp_path, _results({OTHER: [[-1.0, 0.0], PARAMS]})))
+    assert (commit, date) == (A, 1700000000000)
+    assert benchmarks == {OTHER: {CASE_64: Entry("ok", -1.0), (*CASE_64[:1], 128, *CASE_64[2:]): Entry("ok", 0.0)}}
+
+
+def test_a_workload_time_is_bounded_as_the_dense_time_is(tmp_path):
+    """A workload benchmark is read as its dense measure: a time, positive (and within the physical bounds)."""
+    assert _refusal(tmp_path, _results({TIME_WORKLOAD: [[0.0, 2e-4], WORKLOAD_PARAMS]})) == (
+        f"{TIME_WORKLOAD} {LABEL_64} ragged-4k: value 0.0 is not a positive finite number")
+
+
+def test_a_results_file_that_cannot_be_read_is_refused_naming_the_os_error(tmp_path):
+    with pytest.raises(StoreError) as raised:
+        parse_results_file(tmp_path)  # a folder: an OSError, not a JSON error
+    assert str(raised.value) == f"{tmp_path}: not readable (Is a directory)"
