@@ -2,6 +2,7 @@
 what a results-branch push counts as a change (git status -z, renames, mlagate's control files)."""
 
 import json
+import math
 
 import pytest
 
@@ -10,7 +11,7 @@ from mlagate.store import files
 from mlagate.store.branch import commit_branch
 from mlagate.store.errors import StoreError
 from mlagate.store.results import Store, refuse_recorded
-from mlagate.store.results_file import BENCH_TIME, Entry, parse_results_file
+from mlagate.store.results_file import BENCH_TFLOPS, BENCH_TIME, Entry, parse_results_file
 from test_store import _branch, git
 
 
@@ -182,3 +183,47 @@ def test_a_results_file_that_cannot_be_read_is_refused_naming_the_os_error(tmp_p
     with pytest.raises(StoreError) as raised:
         parse_results_file(tmp_path)  # a folder: an OSError, not a JSON error
     assert str(raised.value) == f"{tmp_path}: not readable (Is a directory)"
+
+
+# -- TFLOPs and latency of one case agree ------------------------------------------------------------
+
+# tilelang-hopper h=128 b=64 s=4096 in 100 us: flops(64, 128, 4096) = 73014444032, so 730.14444032 TFLOPs
+IMPLIED_64 = 730.14444032
+
+
+def test_tflops_agree_to_the_last_float_within_one_percent(tmp_path):
+    """1% is the tolerance exactly: the largest TFLOPs within 1% of what the latency implies reads, the next
+    float is refused."""
+    edge = 737.4458847231998  # IMPLIED_64 x 1.01, the largest float whose ratio to it is within 1.01
+    for tflops, refused in ((edge, False), (math.nextafter(edge, math.inf), True)):
+        data = _results({BENCH_TIME: [[1e-4], [*PARAMS[:1], ["64"], *PARAMS[2:]]],
+                         BENCH_TFLOPS: [[tflops], [*PARAMS[:1], ["64"], *PARAMS[2:]]]})
+        if refused:
+            assert _refusal(tmp_path, data).startswith(f"{LABEL_64}: 737.4 TFLOPs recorded")
+        else:
+            assert parse_results_file(_write(tmp_path, data))[2][BENCH_TFLOPS] == {CASE_64: Entry("ok", edge)}
+
+
+def test_tflops_of_several_query_tokens_count_each_token(tmp_path):
+    params = [*PARAMS[:1], ["64"], *PARAMS[2:], ["2"]]  # s_q=2: twice the work of one token in the same time
+    data = _results({BENCH_TIME: [[1e-4], params], BENCH_TFLOPS: [[2 * IMPLIED_64], params]})
+    key = (*CASE_64[:5], 2, *CASE_64[6:])
+    assert parse_results_file(_write(tmp_path, data))[2] == {BENCH_TIME: {key: Entry("ok", 1e-4)},
+                                                             BENCH_TFLOPS: {key: Entry("ok", 2 * IMPLIED_64)}}
+
+
+def test_a_case_without_a_latency_does_not_end_the_agreement_check(tmp_path):
+    """b=64's time failed (nothing to check it against); b=128, after it, is still checked."""
+    data = _results({BENCH_TIME: [[None, 2e-4], PARAMS], BENCH_TFLOPS: [[1.0, IMPLIED_64 * 1.3], PARAMS]})
+    assert _refusal(tmp_path, data) == (
+        "tilelang-hopper h=128 b=128 s=4096 float16: 949.2 TFLOPs recorded, but its median latency 200 us implies "
+        "730.1 (off by more than 1%): TFLOPs and latency were not measured as one")
+
+
+def test_tflops_that_disagree_name_the_latency_in_microseconds(tmp_path):
+    """123.449995 us reads 123.4 to four digits (a latency a millionth larger would read 123.5)."""
+    data = _results({BENCH_TIME: [[1.23449995e-4, 2e-4], PARAMS], BENCH_TFLOPS: [[768.9, IMPLIED_64], PARAMS]})
+    assert _refusal(tmp_path, data) == (
+        f"{LABEL_64}: 768.9 TFLOPs recorded, but its median latency 123.4 us implies 591.4 (off by more than 1%): "
+        "TFLOPs and latency were not measured as one")
+
