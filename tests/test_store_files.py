@@ -227,3 +227,35 @@ def test_tflops_that_disagree_name_the_latency_in_microseconds(tmp_path):
         f"{LABEL_64}: 768.9 TFLOPs recorded, but its median latency 123.4 us implies 591.4 (off by more than 1%): "
         "TFLOPs and latency were not measured as one")
 
+
+# -- a machine's folder: asv's machine.json, and one case in two files ---------------------------------
+
+@pytest.mark.parametrize("damage, results, reason", [
+    (lambda p: None, True, "missing (asv writes it with a machine's first results): the folder is damaged; restore "
+                           "machine.json from the results branch"),
+    (lambda p: p.mkdir(), True, "not readable (Is a directory); restore it from the results branch"),
+    (lambda p: p.write_text("[]"), True, "a JSON list, not asv's machine object"),
+    (lambda p: p.write_text("[]"), False, "a JSON list, not asv's machine object"),  # checked with no results yet
+], ids=["missing", "a-folder", "a-list", "a-list-alone"])
+def test_a_damaged_machine_json_is_refused_naming_it(tmp_path, damage, results, reason):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    if results:
+        _write(folder, _results())
+    damage(folder / "machine.json")
+    with pytest.raises(StoreError) as raised:
+        Store(tmp_path).load_all("m")
+    assert str(raised.value) == f"{folder / 'machine.json'}: {reason}"
+
+
+def test_cases_in_two_files_of_one_commit_name_the_same_one_each_time(tmp_path):
+    """Of the cases both files hold, the one named is the least as text (b=128 before b=64), not as a tuple."""
+    folder = tmp_path / "m"
+    first = _write(folder, _results())
+    (folder / "machine.json").write_text("{}")
+    second = first.with_name(f"{A[:8]}-other.json")
+    second.write_bytes(first.read_bytes())
+    store = Store(tmp_path)
+    assert store.load("m", A).paths == [str(first)]
+    assert [(p.path, p.reason) for p in store.problems] == [
+        (str(second), f"{BENCH_TIME} tilelang-hopper h=128 b=128 s=4096 float16 is also in {first}")]
