@@ -2,7 +2,6 @@
 what a results-branch push counts as a change (git status -z, renames, mlagate's control files)."""
 
 import json
-import math
 
 import pytest
 
@@ -191,17 +190,16 @@ def test_a_results_file_that_cannot_be_read_is_refused_naming_the_os_error(tmp_p
 IMPLIED_64 = 730.14444032
 
 
-def test_tflops_agree_to_the_last_float_within_one_percent(tmp_path):
-    """1% is the tolerance exactly: the largest TFLOPs within 1% of what the latency implies reads, the next
-    float is refused."""
-    edge = 737.4458847231998  # IMPLIED_64 x 1.01, the largest float whose ratio to it is within 1.01
-    for tflops, refused in ((edge, False), (math.nextafter(edge, math.inf), True)):
+def test_tflops_agree_within_one_percent(tmp_path):
+    """1% is the tolerance: TFLOPs 0.9% above what the latency implies read, 1.1% above are refused."""
+    for share, refused in ((1.009, False), (1.011, True)):
+        tflops = IMPLIED_64 * share
         data = _results({BENCH_TIME: [[1e-4], [*PARAMS[:1], ["64"], *PARAMS[2:]]],
                          BENCH_TFLOPS: [[tflops], [*PARAMS[:1], ["64"], *PARAMS[2:]]]})
         if refused:
-            assert _refusal(tmp_path, data).startswith(f"{LABEL_64}: 737.4 TFLOPs recorded")
+            assert _refusal(tmp_path, data).startswith(f"{LABEL_64}: {tflops:.1f} TFLOPs recorded")
         else:
-            assert parse_results_file(_write(tmp_path, data))[2][BENCH_TFLOPS] == {CASE_64: Entry("ok", edge)}
+            assert parse_results_file(_write(tmp_path, data))[2][BENCH_TFLOPS] == {CASE_64: Entry("ok", tflops)}
 
 
 def test_tflops_of_several_query_tokens_count_each_token(tmp_path):
