@@ -190,3 +190,16 @@ def test_a_new_case_under_the_floor_is_refused_though_it_measured_no_slowdown():
     acceptance.apply(v, parsed(cases=[cv.label]), [], HEAD)
     assert (v.outcome, cv.status) == (Outcome.REGRESSION, Status.REGRESSION)
     assert [n.kind for n in cv.reasons] == [Kind.NOT_ACCEPTED]
+
+
+@pytest.mark.parametrize("text", ["accepted: []\nother: 1", "- 1", "accepted: 3"])
+def test_a_file_that_is_not_one_accepted_list_is_refused_naming_it(text):
+    with pytest.raises(acceptance.AcceptanceError) as e:
+        acceptance.parse(text, "perf-accept.yml")
+    assert str(e.value) == "perf-accept.yml: must be one key, `accepted:`, holding a list of entries"
+
+
+def test_a_file_that_is_not_yaml_is_refused_naming_it_and_yamls_reason():
+    with pytest.raises(acceptance.AcceptanceError) as e:
+        acceptance.parse("accepted: [", "perf-accept.yml")
+    assert str(e.value).startswith("perf-accept.yml: not YAML (while parsing a flow node")
