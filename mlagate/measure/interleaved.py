@@ -134,7 +134,7 @@ def compile_ahead(repo, commits: list, cases, echo=print):
 
     items = [(repo, commit, case) for commit in commits for case in cases if not case.paged]
     start = time.monotonic()
-    failed = [f"{case.label()} at {commit[:10]}: {type(outcome).__name__}: {str(outcome)[-300:]}"
+    failed = [f"{case.label()} at {commit[:10]}: {precompile.failure(outcome)}"
               for (_, commit, case), outcome in precompile.in_processes(compile_at, items, precompile.default_jobs())
               if isinstance(outcome, Exception)]
     echo(f"compiled {len(items) - len(failed)} of {len(items)} kernels in parallel ({time.monotonic() - start:.0f} s)"

@@ -98,6 +98,11 @@ def compile_one(kernel) -> None:
         mla_decode.compiled(*kernel)
 
 
+def failure(e: Exception) -> str:
+    """One compile's failure as a line: the exception's type and the end of its text (a compiler's log is long)."""
+    return f"{type(e).__name__}: {str(e)[-300:]}"
+
+
 def precompile(kernels, jobs: int, echo=print, stop=None, ready: str | None = None) -> dict:
     """Compile each kernel of ``kernels`` (compile_one's) in ``jobs`` processes, none started once ``stop()`` is
     true, marking each finished one in the folder ``ready`` (wait_compiled); {kernel: error text} of those that
@@ -106,7 +111,7 @@ def precompile(kernels, jobs: int, echo=print, stop=None, ready: str | None = No
     failed = {}
     for n, (kernel, outcome) in enumerate(in_processes(compile_one, kernels, jobs, stop), 1):
         if isinstance(outcome, Exception):
-            failed[kernel] = f"{type(outcome).__name__}: {str(outcome)[-300:]}"
+            failed[kernel] = failure(outcome)
         if ready:
             open(os.path.join(ready, marker(kernel)), "w").close()
         echo(f"[{n}/{len(kernels)}] " + (f"failed: {failed[kernel]}" if kernel in failed else f"compiled {kernel}"))
