@@ -698,3 +698,23 @@ def test_the_clock_reading_finds_each_cases_windows_by_its_whole_key(row_axes):
 
     got = clock_compare.case_changes(*side("b", times), *side("h", tuple(t * 1.02 for t in times)), [case.key])
     assert got[case.key] == pytest.approx({"raw": 0.02, "normalized": 0.02, "binned": 0.02})
+
+
+def test_the_calibrations_compile_ahead_skips_paged_cases_and_names_each_failure(monkeypatch):
+    """A head start only: a paged case compiles at its launch; a failed compile is one line naming case and commit."""
+    from mlagate.measure import interleaved, precompile
+
+    asked = []
+
+    def in_processes(fn, items, jobs, stop=None):
+        asked.extend(items)
+        yield items[0], None
+        yield items[1], RuntimeError("x" * 400)
+
+    monkeypatch.setattr(precompile, "in_processes", in_processes)
+    lines = []
+    interleaved.compile_ahead("repo", ["a" * 40], [*CASES, UNSPUN], lines.append)
+    assert asked == [("repo", "a" * 40, c) for c in CASES]
+    head, failed = lines[0].split("\n")
+    assert head.startswith(f"compiled {len(CASES) - 1} of {len(CASES)} kernels in parallel (")
+    assert failed == f"  failed: {CASES[1].label()} at aaaaaaaaaa: RuntimeError: {'x' * 300}"
