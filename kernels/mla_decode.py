@@ -40,6 +40,21 @@ PASS_CONFIGS = {tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True}
 # there, whose exp2 is inf: NaN rows on the H200); exp2 of its difference to a real score is 0.
 MASKED = -2.0 ** 100
 MAX_S_Q = 8  # query tokens per sequence: 1, or MTP's 2-4 (speculative decoding rarely goes past 8)
+# An e4m3fn pair to a bf16 pair by its bits, for the fp8 cache's conversion on sm_90 (attend_macro imports it):
+# the byte becomes a bf16 with e4m3's 4 exponent and 3 mantissa bits in place (bias 7 read as bf16's 127), so one
+# exact bf16 multiply by 2^120 gives its value, subnormals and zeros included (every non-NaN code:
+# tests/test_fp8_gpu.py). TileLang 0.1.15 goes through fp16 instead, two F2F per pair at a quarter of the issue rate:
+# on the H100 the conversion then held the 16-head fp8 kernel to the bf16 cache's speed. Its pair converter is
+# renamed to this one, the header included first so its own definition keeps its name.
+E4M3_TO_BF16 = r"""
+#include <tl_templates/cuda/cuda_fp8.h>
+__device__ __forceinline__ __nv_bfloat162 mlagate_e4m3x2_to_bf16x2(const __nv_fp8x2_storage_t x) {
+  unsigned int lanes = __byte_perm((unsigned int)x, 0u, 0x1404u);  // byte i to the high byte of half i
+  unsigned int bits = ((lanes & 0x7F007F00u) >> 4) | (lanes & 0x80008000u);
+  return __hmul2(*reinterpret_cast<__nv_bfloat162*>(&bits), __float2bfloat162_rn(0x1p120f));
+}
+#define __tl_cvt_e4m3x2_to_bfloat162 mlagate_e4m3x2_to_bf16x2
+"""
 
 
 @dataclass(frozen=True)
@@ -338,9 +353,10 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
     s_q > 1 a tile holding one of the last s_q positions is masked causally (query row r is token r // heads: it sees
     seqlen - s_q + 1 + r // heads positions), and a tail past seqlen with it.
     ``empty_splits``: a split may run no tile, so a zero logsum gives output 0 instead of 0 / 0.
-    An fp8 cache (``shape.kv_fp8``): load_tile fills fp8 staging tiles, converted in shared memory to the query's
-    dtype (exact: every e4m3 value is a bf16 and an fp16) for the GEMMs; kv_scale (``Kv_scale[0]``) is folded into
-    the score scale and into the output's normalisation, never multiplied into a K or V element.
+    An fp8 cache (``shape.kv_fp8``): load_tile fills fp8 staging tiles, read into registers and written back in the
+    query's dtype (exact: every e4m3 value is a bf16 and an fp16; E4M3_TO_BF16 on sm_90) for the GEMMs; kv_scale
+    (``Kv_scale[0]``) is folded into the score scale and into the output's normalisation, never multiplied into a K
+    or V element.
     """
     dtype, accum = shape.dtype, "float32"
     dim, pe_dim = shape.dim, shape.pe_dim
@@ -354,6 +370,8 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
     def attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max):  # noqa: E501 (mlagate ladder matches this line)
         """Online softmax over n_blocks K/V tiles from first_token on."""
         scale = score_scale(shape, Kv_scale)
+        if kv_dtype == FP8_FORMAT["sm_90"] and dtype == "bfloat16":
+            T.import_source(E4M3_TO_BF16)
         if in_shared:
             Q_buf = T.alloc_shared([block_H, dim], dtype)
             Q_pe_buf = T.alloc_shared([block_H, pe_dim], dtype)
@@ -367,6 +385,8 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
         if kv_fp8:
             KV_stage = T.alloc_shared([block_N, dim], kv_dtype)
             K_pe_stage = T.alloc_shared([block_N, pe_dim], kv_dtype)
+            KV_reg = T.alloc_fragment([block_N, dim], kv_dtype)
+            K_pe_reg = T.alloc_fragment([block_N, pe_dim], kv_dtype)
         acc_s = T.alloc_fragment([block_H, block_N], accum)
         scores_max_prev = T.alloc_fragment([block_H], accum)
         scores_scale = T.alloc_fragment([block_H], accum)
@@ -381,8 +401,13 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
             start = first_token + k * block_N
             if kv_fp8:
                 load_tile(KV, K_pe, Block_table, bx, start, seqlen, KV_stage, K_pe_stage)
-                T.copy(KV_stage, KV_shared)
-                T.copy(K_pe_stage, K_pe_shared)
+                # Through registers: the stage is freed at once, and the one barrier before the converted tile
+                # overwrites the last one comes after all its reads (a shared-to-shared copy put it inside the
+                # converting loop, once per step: 1.8x the bf16 cache's time at 16 heads).
+                T.copy(KV_stage, KV_reg)
+                T.copy(K_pe_stage, K_pe_reg)
+                T.copy(KV_reg, KV_shared)
+                T.copy(K_pe_reg, K_pe_shared)
             else:
                 load_tile(KV, K_pe, Block_table, bx, start, seqlen, KV_shared, K_pe_shared)
             T.gemm(Q_buf, KV_shared, acc_s, transpose_B=True, policy=policy, clear_accum=True)

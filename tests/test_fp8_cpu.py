@@ -54,6 +54,49 @@ def test_fp8_cache_kernels_lower_without_a_gpu(arch, fmt, config, marker):
     assert fp8_params(sixteen) == (False, False) and "Kv_scale" not in sixteen
 
 
+
+def innermost_loops(source: str) -> list:
+    """The bodies of the source's `for` loops that hold no other loop."""
+    bodies = []
+    for start in (mo.end() for mo in re.finditer(r"for \(int [^)]*\) \{", source)):
+        depth, end = 1, start
+        while depth:
+            depth += {"{": 1, "}": -1}.get(source[end], 0)
+            end += 1
+        if "for (" not in source[start:end]:
+            bodies.append(source[start:end])
+    return bodies
+
+
+CONVERTS = ("_stage)", "__tl_cvt_")  # a loop reading a staging tile, or converting fp8 pairs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["dense", "paged"])
+def test_an_fp8_tile_is_converted_without_a_barrier_per_step_and_by_its_bits_on_sm_90(kernel):
+    """The fp8 tile goes stage -> registers -> bf16 tile: no barrier inside a loop that reads a stage or converts
+    (a shared-to-shared copy put one in every step), and the pairs go through E4M3_TO_BF16, which renames the
+    converter TileLang calls: if a TileLang release renames it, this fails instead of the kernel slowing silently."""
+    if kernel == "dense":
+        source = m.lower(m.Shape(batch=64, seqlen=4096, heads=16, dtype="bfloat16", kv_dtype=FN), m.HOPPER, "sm_90a")
+    else:
+        shape = p.PagedShape(batch=4, heads=16, max_pages=64, page_size=64, dtype="bfloat16", kv_dtype=FN)
+        source = p.lower(shape, m.HOPPER.with_(num_split=0), "sm_90a")
+    converting = [b for b in innermost_loops(kernel_body(source)) if any(c in b for c in CONVERTS)]
+    assert len(converting) >= 2
+    assert not [b for b in converting if "__sync" in b], "a barrier inside a converting loop"
+    assert "#define __tl_cvt_e4m3x2_to_bfloat162 mlagate_e4m3x2_to_bf16x2" in source
+    assert "__tl_cvt_e4m3x2_to_bfloat162(" in kernel_body(source)
+
+
+@pytest.mark.parametrize("arch,dtype,fmt", [
+    ("gfx942", "bfloat16", FNUZ), pytest.param("sm_90a", "float16", FN, marks=pytest.mark.slow)])
+def test_the_bf16_converter_is_imported_only_where_it_is_called(arch, dtype, fmt):
+    """hipcc has no __nv_bfloat162, and an fp16 query converts with TileLang's one fp8-to-half instruction."""
+    config = m.CDNA3 if arch == "gfx942" else m.HOPPER
+    source = m.lower(m.Shape(batch=64, seqlen=4096, heads=16, dtype=dtype, kv_dtype=fmt), config, arch)
+    assert "mlagate_e4m3x2_to_bf16x2" not in source
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch,fmt,config,page_size", [
     ("sm_90a", FN, "hopper", 64), ("sm_90a", FN, "hopper", 1), ("gfx942", FNUZ, "cdna3", 64),

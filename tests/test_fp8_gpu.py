@@ -159,3 +159,26 @@ def test_the_entry_points_take_an_fp8_cache_and_refuse_the_other_archs_format():
     with pytest.raises(ValueError, match=f"kv_dtype: a {other} cache on {arch()}"):
         p.mla_decode_paged(q, q_pe, kv_cache.view(getattr(torch, other)), k_pe_cache.view(getattr(torch, other)),
                            table, seqlens, kv_scale=kv_scale)
+
+
+def test_every_fp8_code_reads_as_its_value():
+    """One cached token: its softmax weight is exactly 1, so the output is the latent row as the kernel converted it,
+    times kv_scale 1: every non-NaN code of the arch's format (zeros, subnormals, the largest) must come out exact,
+    which no tolerance-based test of random caches can tell from a flushed subnormal."""
+    fmt = getattr(torch, fp8())
+    shape = m.Shape(batch=1, seqlen=1, heads=16, dtype="bfloat16", kv_dtype=fp8())
+    q, q_pe, kv, k_pe, _ = m.random_inputs(shape, device="cuda", seed=5)
+    codes = torch.arange(256, dtype=torch.uint8, device="cuda").view(fmt)
+    codes = codes[~codes.float().isnan()]
+    row = codes.repeat(-(-kv.shape[-1] // len(codes)))[:kv.shape[-1]]
+    kv.copy_(row.expand_as(kv))
+    k_pe.zero_()
+    out = m.mla_decode(q, q_pe, kv, k_pe, kv_scale=1.0, config=m.config_for_arch(arch()))
+    torch.cuda.synchronize()
+    expected = row.float().expand(out.shape)
+    wrong = (out.float() != expected).nonzero()
+    if len(wrong):
+        first = tuple(wrong[0])
+        code = row[first[-1]].view(torch.uint8).item()
+        pytest.fail(f"{len(wrong)} elements differ, e.g. code {code:#04x}: {out.float()[first].item()!r} for "
+                    f"{expected[first].item()!r}")
