@@ -289,3 +289,29 @@ def test_the_placement_study_splits_the_spread_by_repeat_input_set_and_process(i
     out = lab("lab.placement_study", "--summary", run).stdout
     assert "3 processes x 4 input sets x 3 repeats" in out and "process 3: 102.00/102.00/102.00" in out
     assert out.rstrip().endswith("sd, % of the median: repeats 0.000, sets 0.000, processes 0.990")
+
+
+def test_the_budget_study_pools_measurements_and_compares_windows_with_measurements(importable, tmp_path):
+    from lab import budget_study as study
+
+    # 8 measurements of 2 windows x 3 samples; each measurement 1% off the next, its windows alike: the offset is
+    # the measurement's own (windows agree, measurements do not), and pooling pairs keeps only the pair means' spread
+    offsets = [1.00, 1.01] * 4
+    samples = [[0.1 * o] * 6 for o in offsets]
+    run = {"case": "tilelang-seesaw h=16 b=64 s=4096 float16", "windows": 2, "samples_ms": samples,
+           "window_samples": [[3, 3]] * 8, "window_sm_mhz": [[1980.0, 1980.0]] * 8}
+    sd1, groups1 = study.pooled_spread(samples, 1)
+    assert groups1 == 8 and sd1 == pytest.approx(100 * 0.0005 * (8 / 7) ** 0.5 / 0.1005, rel=1e-3)
+    sd2, groups2 = study.pooled_spread(samples, 2)
+    assert groups2 == 4 and sd2 == pytest.approx(0.0, abs=1e-9)  # each pair pools 1.00 and 1.01: the same median
+    within, independent, between = study.window_spread(run)
+    assert within == 0.0 and independent == 0.0 and between == pytest.approx(sd1, rel=1e-3)
+    # windows of unequal sizes are cut where the timer's window counts say
+    uneven = dict(run, samples_ms=[[0.1, 0.1, 0.2]] * 8, window_samples=[[2, 1]] * 8, windows=2)
+    assert study.window_spread(uneven)[0] == pytest.approx(100 * 0.1 / 2 ** 0.5 / 0.1)
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    out = lab("lab.budget_study", "--summary", path).stdout
+    assert "8 measurements at the record budget (2 windows each)" in out
+    assert re.search(r"^\s+2\s+4\s+4\s+0\.000\s+0\.00\s+0\.71$", out, re.M), out
+    assert "measurements' means scatter 0.53" in out
