@@ -6,6 +6,7 @@ import datetime
 import importlib
 import inspect
 import json
+import math
 import re
 import subprocess
 import sys
@@ -315,3 +316,26 @@ def test_the_budget_study_pools_measurements_and_compares_windows_with_measureme
     assert "8 measurements at the record budget (2 windows each)" in out
     assert re.search(r"^\s+2\s+4\s+4\s+0\.000\s+0\.00\s+0\.71$", out, re.M), out
     assert "measurements' means scatter 0.53" in out
+
+
+def test_the_call_offset_study_reads_each_mode_over_rounds_and_one_call_within_a_round(importable, tmp_path):
+    from lab import call_offset_study as study
+
+    assert list(study.modes(10)) == ["1x10", "2x5", "5x2", "10x1", "1x10 after idle"]
+    assert study.modes(10)["5x2"] == (5, 2, 0) and study.modes(10)["1x10 after idle"] == (1, 10, None)
+    # one call per round, its offset alternating by 1%: the rounds spread; no within-round figure
+    one = [[[0.100 * o] * 4] for o in (1.00, 1.01) * 3]
+    sd, within = study.spread(one)
+    assert sd == pytest.approx(100 * 0.0005 * (6 / 5) ** 0.5 / 0.1005, rel=1e-3) and math.isnan(within)
+    # two calls per round, 1% apart in every round: the pooled median never moves, one call's does
+    two = [[[0.100] * 4, [0.101] * 4] for _ in range(6)]
+    sd, within = study.spread(two)
+    assert sd == 0.0 and within == pytest.approx(100 * 0.001 / 2 ** 0.5 / 0.1005, rel=1e-3)
+    run = {"case": "tilelang-seesaw h=16 b=64 s=4096 float16", "rounds": 6, "windows": 2, "idle_ms": 200.0,
+           "modes": {"1x2": [1, 2, 0], "2x1": [2, 1, 0]}, "samples_ms": {"1x2": one, "2x1": two}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    out = lab("lab.call_offset_study", "--summary", path).stdout
+    assert "6 rounds, 2 windows per mode and round" in out
+    assert re.search(r"^\s+1x2\s+1\s+0\.545\s+1\.00\s+1\.00\s+—$", out, re.M), out
+    assert re.search(r"^\s+2x1\s+2\s+0\.000\s+0\.00\s+0\.71\s+0\.704$", out, re.M), out

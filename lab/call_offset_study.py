@@ -1,0 +1,111 @@
+"""Would a case timed in several short calls repeat more closely than in one long one? (GPU; --summary on a CPU)
+
+lab/budget_study.py found (H100, 2026-12-06) that each timing call carries an offset of its own: the windows of one
+call agree 3-5x more closely than calls do, and calls are independent of each other. A record times a case in one
+call of the record budget's windows, so its median inherits one offset. Here one process times one case in rounds;
+each round takes the same windows in every mode, in turn: one call of all of them (what a record does), calls of
+fewer windows each, and one call after the GPU sat idle (whether the gap between calls sets the offset). Per mode,
+the sd over rounds of the median of the round's pooled samples: if offsets are per call and independent, k calls
+shrink it as 1 / sqrt(k) for the same windows, at the cost of k - 1 more warm-ups and estimates per case.
+
+    python -m lab.call_offset_study OUT.json [--impl tilelang-seesaw] [--batch 64] [--seqlen 4096] [--heads 16]
+        [--dtype float16] [--rounds 20] [--idle-ms 200]
+    python -m lab.call_offset_study --summary OUT.json   # the table of a recorded run
+"""
+
+import argparse
+import json
+import math
+import statistics
+
+
+def modes(windows: int) -> dict:
+    """{mode: (calls, windows per call, idle ms before each call)}: the record's one call, the same windows split
+    into halves... down to one window per call, and the one call after an idle GPU (idle set by the caller)."""
+    splits = sorted({k for k in (2, windows // 2, windows) if 1 < k <= windows and windows % k == 0})
+    table = {f"1x{windows}": (1, windows, 0)}
+    table.update({f"{k}x{windows // k}": (k, windows // k, 0) for k in splits})
+    table[f"1x{windows} after idle"] = (1, windows, None)
+    return table
+
+
+def spread(rounds: list) -> tuple:
+    """(sd over rounds of each round's pooled median, mean sd of one call's median within a round), both as % of
+    the grand median, for rounds = [[samples of each call] per round]."""
+    grand = statistics.median(t for r in rounds for c in r for t in c)
+    pooled = [statistics.median([t for c in r for t in c]) for r in rounds]
+    within = [statistics.stdev([statistics.median(c) for c in r]) for r in rounds if len(r) > 1]
+    return (100 * statistics.stdev(pooled) / grand,
+            100 * statistics.fmean(within) / grand if within else math.nan)
+
+
+def table(run: dict) -> str:
+    lines = [f"{run['case']}: {run['rounds']} rounds, {run['windows']} windows per mode and round "
+             f"(idle {run['idle_ms']} ms before the idle mode's call)",
+             f"{'mode':>18} {'calls':>6} {'sd of pooled median %':>22} {'x one call':>11} {'1/sqrt(calls)':>14} "
+             f"{'one call within a round %':>26}"]
+    base = None
+    for mode, (calls, _, _) in run["modes"].items():
+        sd, within = spread(run["samples_ms"][mode])
+        base = base or sd
+        lines.append(f"{mode:>18} {calls:>6} {sd:>22.3f} {sd / base:>11.2f} {1 / math.sqrt(calls):>14.2f} "
+                     f"{'—' if math.isnan(within) else f'{within:.3f}':>26}")
+    return "\n".join(lines)
+
+
+def measure(args) -> dict:
+    import time
+
+    from mlagate import config
+    from mlagate.case import Case
+    from mlagate.config import Budget
+    from mlagate.measure import timer
+    from mlagate.measure.environment import device
+    from mlagate.measure.harness import Inputs, checked_launch
+
+    timing, gpu = config.load().timing, device()
+    record = timing.budget("record")
+    case = Case(args.impl, args.batch, args.seqlen, args.dtype, args.heads)
+    launch = checked_launch(case.impl, Inputs(case, gpu), gpu)[0]
+    timer.time_gpu(launch, timing, "record", device=gpu)  # the process's first warm-up, as a record's
+    plan = modes(record.windows)
+    samples = {mode: [] for mode in plan}
+    for _ in range(args.rounds):
+        for mode, (calls, windows, idle) in plan.items():
+            taken = []
+            for _ in range(calls):
+                time.sleep((args.idle_ms if idle is None else idle) / 1e3)
+                taken.append(list(timer.time_gpu(launch, timing, Budget(record.warmup_ms, windows),
+                                                 device=gpu).times_ms))
+            samples[mode].append(taken)
+    return {"case": f"{args.impl} h={args.heads} b={args.batch} s={args.seqlen} {args.dtype}",
+            "rounds": args.rounds, "windows": record.windows, "idle_ms": args.idle_ms,
+            "modes": {m: list(v) for m, v in plan.items()}, "samples_ms": samples}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out", nargs="?")
+    p.add_argument("--summary", metavar="OUT.json")
+    p.add_argument("--impl", default="tilelang-seesaw")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--seqlen", type=int, default=4096)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--dtype", default="float16")
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--idle-ms", type=float, default=200.0)
+    args = p.parse_args(argv)
+    if args.summary:
+        with open(args.summary) as f:
+            print(table(json.load(f)))
+        return
+    if not args.out:
+        p.error("give OUT.json (or --summary OUT.json)")
+    run = measure(args)
+    with open(args.out, "w") as f:
+        json.dump(run, f)
+    print(table(run))
+
+
+if __name__ == "__main__":
+    main()
