@@ -343,6 +343,29 @@ def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = Non
     return Plan(shape, config, num_split, split_len, block_H, threads_for(config, block_H, base))
 
 
+def softmax_step_macro(block_H: int, block_N: int, dim: int):
+    """One tile's online-softmax step, after its scores (acc_s, masked) and before its PV GEMM: the running max,
+    the tile's probabilities into P_buf, the logsum and the output rescaled to the new max. attend_macro's, and
+    lab/fp8_converter.py's."""
+
+    @T.macro
+    def softmax_step(acc_s, P_buf, acc_o, logsum, scores_max, scores_max_prev, scores_scale, scores_sum, scale):
+        T.copy(scores_max, scores_max_prev)
+        T.reduce_max(acc_s, scores_max, dim=1, clear=False)  # running max
+        for i in T.Parallel(block_H):
+            scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+        for i, j in T.Parallel(block_H, block_N):
+            acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
+        T.reduce_sum(acc_s, scores_sum, dim=1)
+        T.copy(acc_s, P_buf)
+        for i in T.Parallel(block_H):
+            logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+        for i, j in T.Parallel(block_H, dim):
+            acc_o[i, j] *= scores_scale[i]
+
+    return softmax_step
+
+
 def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_tile, *, masked: bool,
                  empty_splits: bool):
     """The online-softmax ``attend`` macro of both decode kernels (this one and mla_decode_paged.py's).
@@ -365,6 +388,7 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
     block_N = config.block_N
     policy = getattr(T.GemmWarpPolicy, config.policy)
     in_shared = config.operands_in_shared
+    softmax_step = softmax_step_macro(block_H, block_N, dim)
 
     @T.macro
     def attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max):  # noqa: E501 (mlagate ladder matches this line)
@@ -420,18 +444,7 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
             elif masked:
                 for i, j in T.Parallel(block_H, block_N):
                     acc_s[i, j] = T.if_then_else(start + j < seqlen, acc_s[i, j], MASKED)
-            T.copy(scores_max, scores_max_prev)
-            T.reduce_max(acc_s, scores_max, dim=1, clear=False)  # running max
-            for i in T.Parallel(block_H):
-                scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
-            for i, j in T.Parallel(block_H, block_N):
-                acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-            T.reduce_sum(acc_s, scores_sum, dim=1)
-            T.copy(acc_s, P_buf)
-            for i in T.Parallel(block_H):
-                logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-            for i, j in T.Parallel(block_H, dim):
-                acc_o[i, j] *= scores_scale[i]
+            softmax_step(acc_s, P_buf, acc_o, logsum, scores_max, scores_max_prev, scores_scale, scores_sum, scale)
             T.gemm(P_buf, KV_shared, acc_o, policy=policy)
         if kv_fp8:  # V was read as stored: its scale joins the normalisation
             for i in T.Parallel(block_H):

@@ -14,8 +14,6 @@ carries an offset of its own, and a case's budget spread over several calls woul
     python -m lab.budget_study --summary OUT.json   # the table of a recorded run
 """
 
-import argparse
-import json
 import math
 import statistics
 
@@ -61,44 +59,23 @@ def table(run: dict) -> str:
 
 
 def measure(args) -> dict:
-    from mlagate import config
-    from mlagate.case import Case
+    from lab import case_name, warm_launch
     from mlagate.measure import timer
-    from mlagate.measure.environment import device
-    from mlagate.measure.harness import Inputs, checked_launch
 
-    timing, gpu = config.load().timing, device()
-    case = Case(args.impl, args.batch, args.seqlen, args.dtype, args.heads)
-    launch = checked_launch(case.impl, Inputs(case, gpu), gpu)[0]
-    timer.time_gpu(launch, timing, "record", device=gpu)  # the process's first warm-up, as a record's
+    launch, timing, gpu = warm_launch(args)
     taken = [timer.time_gpu(launch, timing, "record", device=gpu) for _ in range(args.measurements)]
-    return {"case": f"{args.impl} h={args.heads} b={args.batch} s={args.seqlen} {args.dtype}",
-            "windows": timing.budgets["record"].windows, "samples_ms": [list(t.times_ms) for t in taken],
+    return {"case": case_name(args), "windows": timing.budgets["record"].windows,
+            "samples_ms": [list(t.times_ms) for t in taken],
             "window_samples": [[w["samples"] for w in t.windows if w["kept"]] for t in taken],
             "window_sm_mhz": [[w["sm_mhz"] for w in t.windows if w["kept"]] for t in taken]}
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out", nargs="?")
-    p.add_argument("--summary", metavar="OUT.json")
-    p.add_argument("--impl", default="tilelang-seesaw")
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--seqlen", type=int, default=4096)
-    p.add_argument("--heads", type=int, default=16)
-    p.add_argument("--dtype", default="float16")
+    from lab import case_parser, summary_or_run
+
+    p = case_parser(__doc__)
     p.add_argument("--measurements", type=int, default=60)
-    args = p.parse_args(argv)
-    if args.summary:
-        with open(args.summary) as f:
-            print(table(json.load(f)))
-        return
-    if not args.out:
-        p.error("give OUT.json (or --summary OUT.json)")
-    run = measure(args)
-    with open(args.out, "w") as f:
-        json.dump(run, f)
-    print(table(run))
+    summary_or_run(p, p.parse_args(argv), measure, table)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ shrink it as 1 / sqrt(k) for the same windows, at the cost of k - 1 more warm-up
     python -m lab.call_offset_study --summary OUT.json   # the table of a recorded run
 """
 
-import argparse
-import json
 import math
 import statistics
 
@@ -56,18 +54,12 @@ def table(run: dict) -> str:
 def measure(args) -> dict:
     import time
 
-    from mlagate import config
-    from mlagate.case import Case
+    from lab import case_name, warm_launch
     from mlagate.config import Budget
     from mlagate.measure import timer
-    from mlagate.measure.environment import device
-    from mlagate.measure.harness import Inputs, checked_launch
 
-    timing, gpu = config.load().timing, device()
+    launch, timing, gpu = warm_launch(args)
     record = timing.budget("record")
-    case = Case(args.impl, args.batch, args.seqlen, args.dtype, args.heads)
-    launch = checked_launch(case.impl, Inputs(case, gpu), gpu)[0]
-    timer.time_gpu(launch, timing, "record", device=gpu)  # the process's first warm-up, as a record's
     plan = modes(record.windows)
     samples = {mode: [] for mode in plan}
     for _ in range(args.rounds):
@@ -78,33 +70,17 @@ def measure(args) -> dict:
                 taken.append(list(timer.time_gpu(launch, timing, Budget(record.warmup_ms, windows),
                                                  device=gpu).times_ms))
             samples[mode].append(taken)
-    return {"case": f"{args.impl} h={args.heads} b={args.batch} s={args.seqlen} {args.dtype}",
-            "rounds": args.rounds, "windows": record.windows, "idle_ms": args.idle_ms,
+    return {"case": case_name(args), "rounds": args.rounds, "windows": record.windows, "idle_ms": args.idle_ms,
             "modes": {m: list(v) for m, v in plan.items()}, "samples_ms": samples}
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out", nargs="?")
-    p.add_argument("--summary", metavar="OUT.json")
-    p.add_argument("--impl", default="tilelang-seesaw")
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--seqlen", type=int, default=4096)
-    p.add_argument("--heads", type=int, default=16)
-    p.add_argument("--dtype", default="float16")
+    from lab import case_parser, summary_or_run
+
+    p = case_parser(__doc__)
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--idle-ms", type=float, default=200.0)
-    args = p.parse_args(argv)
-    if args.summary:
-        with open(args.summary) as f:
-            print(table(json.load(f)))
-        return
-    if not args.out:
-        p.error("give OUT.json (or --summary OUT.json)")
-    run = measure(args)
-    with open(args.out, "w") as f:
-        json.dump(run, f)
-    print(table(run))
+    summary_or_run(p, p.parse_args(argv), measure, table)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ def program(p):
     policy = getattr(T.GemmWarpPolicy, c.policy)
     consumers = p.threads
     split = num_split > 1
+    softmax_step = m.softmax_step_macro(block_H, block_N, dim)
 
     @T.macro
     def convert(KV, K_pe, bx, start, KV_reg, K_pe_reg, KV_b, K_pe_b, full, empty, b, use):
@@ -64,18 +65,7 @@ def program(p):
             for i, j in T.Parallel(block_H, block_N):
                 acc_s[i, j] = T.if_then_else(start + j < seqlen - (s_q - 1) + (by * block_H + i) // heads,
                                              acc_s[i, j], m.MASKED)
-        T.copy(scores_max, scores_max_prev)
-        T.reduce_max(acc_s, scores_max, dim=1, clear=False)
-        for i in T.Parallel(block_H):
-            scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
-        for i, j in T.Parallel(block_H, block_N):
-            acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-        T.reduce_sum(acc_s, scores_sum, dim=1)
-        T.copy(acc_s, P_buf)
-        for i in T.Parallel(block_H):
-            logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-        for i, j in T.Parallel(block_H, dim):
-            acc_o[i, j] *= scores_scale[i]
+        softmax_step(acc_s, P_buf, acc_o, logsum, scores_max, scores_max_prev, scores_scale, scores_sum, scale)
         T.gemm(P_buf, KV_b, acc_o, policy=policy)
         T.barrier_arrive(empty[b])
 

@@ -71,14 +71,9 @@ def child(args) -> dict:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out", nargs="?")
-    p.add_argument("--summary", metavar="OUT.json")
-    p.add_argument("--impl", default="tilelang-seesaw")
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--seqlen", type=int, default=4096)
-    p.add_argument("--heads", type=int, default=16)
-    p.add_argument("--dtype", default="float16")
+    from lab import case_name, case_parser
+
+    p = case_parser(__doc__)
     p.add_argument("--processes", type=int, default=6)
     p.add_argument("--placements", type=int, default=4)
     p.add_argument("--repeats", type=int, default=3)
@@ -98,7 +93,7 @@ def main(argv=None) -> None:
     runs = [json.loads(subprocess.run([sys.executable, "-m", "lab.placement_study", "--child", *forwarded],
                                       check=True, capture_output=True, text=True).stdout.splitlines()[-1])
             for _ in range(args.processes)]
-    run = {"case": f"{args.impl} h={args.heads} b={args.batch} s={args.seqlen} {args.dtype}",
+    run = {"case": case_name(args),
            "medians_ms": [r["medians_ms"] for r in runs], "addresses": [r["addresses"] for r in runs]}
     with open(args.out, "w") as f:
         json.dump(run, f, indent=1)
