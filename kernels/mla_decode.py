@@ -618,13 +618,14 @@ def target_for(arch: str) -> dict:
     raise ValueError(f"unknown architecture {arch!r}: expected 'gfx...' (ROCm) or 'sm_..' (CUDA)")
 
 
-def lowered(p: Plan, arch: str):
-    """TileLang's lowered artifact of a plan (device module and source), without a GPU."""
+def lowered(p: Plan, arch: str, build=program):
+    """TileLang's lowered artifact of a plan (device module and source), without a GPU; ``build`` makes the
+    plan's program (the paged kernel's, a lab kernel's), as CompiledProgram takes it."""
     from tvm.target import Target
 
     target = target_for(arch)
     with tilelang.transform.PassContext(config=PASS_CONFIGS), Target(target):
-        return tilelang.lower(program(p), target=target)
+        return tilelang.lower(build(p), target=target)
 
 
 def lower(shape: Shape, config: TileConfig, arch: str) -> str:

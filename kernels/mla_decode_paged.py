@@ -31,7 +31,6 @@ and masked out of the softmax, so they must hold finite values (stale is fine).
 import math
 from dataclasses import dataclass
 
-import tilelang
 import tilelang.language as T
 
 from mlagate.kernels import mla_decode as dense
@@ -39,11 +38,9 @@ from mlagate.kernels.mla_decode import (
     DTYPES,
     LN2,
     LOG2E,
-    PASS_CONFIGS,
     TileConfig,
     check_device,
     device_arch,
-    target_for,
 )
 
 
@@ -382,11 +379,7 @@ def program(p: PagedPlan):
 
 def lowered(p: PagedPlan, arch: str):
     """TileLang's lowered artifact of a plan (device module and source), without a GPU."""
-    from tvm.target import Target
-
-    target = target_for(arch)
-    with tilelang.transform.PassContext(config=PASS_CONFIGS), Target(target):
-        return tilelang.lower(program(p), target=target)
+    return dense.lowered(p, arch, program)
 
 
 def lower(shape: PagedShape, config: TileConfig, arch: str) -> str:

@@ -172,32 +172,21 @@ def program(p):
     return main_no_split
 
 
-class Compiled(object):
-    """The converter kernel of one plan, launched like mla_decode.CompiledDecode."""
+def Compiled(shape, arch: str = "sm_90"):
+    """The converter kernel of one shape, launched like mla_decode.CompiledDecode (whose call it is)."""
+    from mlagate.kernels import mla_decode as m
 
-    def __init__(self, shape, arch: str = "sm_90"):
-        from mlagate.kernels import mla_decode as m
+    class ConverterDecode(m.CompiledDecode):
+        def __init__(self):
+            m.CompiledProgram.__init__(self, m.plan(shape, m.HOPPER, arch), program, arch)
 
-        p = m.plan(shape, m.HOPPER, arch)
-        self.inner = m.CompiledProgram(p, program, arch)
-        self.plan = p
-
-    def __call__(self, q, q_pe, kv, k_pe, out, lse, kv_scale):
-        from mlagate.kernels import mla_decode as m
-
-        rows = (m.as_rows(q, 3), m.as_rows(q_pe, 3), kv, k_pe, kv_scale)
-        return self.inner.launch(rows, m.as_rows(out, 3), m.as_rows(lse, 2))
+    return ConverterDecode()
 
 
 def lower(shape, arch: str = "sm_90a") -> str:
-    import tilelang
-    from tvm.target import Target
-
     from mlagate.kernels import mla_decode as m
 
-    target = m.target_for(arch)
-    with tilelang.transform.PassContext(config=m.PASS_CONFIGS), Target(target):
-        return tilelang.lower(program(m.plan(shape, m.HOPPER, arch)), target=target).kernel_source
+    return m.lowered(m.plan(shape, m.HOPPER, arch), arch, program).kernel_source
 
 
 def compile_one(job) -> None:

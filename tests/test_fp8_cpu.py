@@ -9,7 +9,7 @@ import torch
 
 from mlagate.kernels import mla_decode as m
 from mlagate.kernels import mla_decode_paged as p
-from test_kernel_cpu import MMA_CALLS, kernel_body
+from test_kernel_cpu import MMA_CALLS, block, kernel_body
 
 FN, FNUZ = "float8_e4m3fn", "float8_e4m3fnuz"
 
@@ -57,15 +57,8 @@ def test_fp8_cache_kernels_lower_without_a_gpu(arch, fmt, config, marker):
 
 def innermost_loops(source: str) -> list:
     """The bodies of the source's `for` loops that hold no other loop."""
-    bodies = []
-    for start in (mo.end() for mo in re.finditer(r"for \(int [^)]*\) \{", source)):
-        depth, end = 1, start
-        while depth:
-            depth += {"{": 1, "}": -1}.get(source[end], 0)
-            end += 1
-        if "for (" not in source[start:end]:
-            bodies.append(source[start:end])
-    return bodies
+    bodies = (block(source, mo.start()) for mo in re.finditer(r"for \(int [^)]*\) \{", source))
+    return [b for b in bodies if "for (" not in b]
 
 
 CONVERTS = ("_stage)", "__tl_cvt_")  # a loop reading a staging tile, or converting fp8 pairs

@@ -25,6 +25,16 @@ def kernel_body(source: str) -> str:
     return "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("#"))
 
 
+def block(source: str, at: int) -> str:
+    """The body of the first brace block opened at or after ``at``."""
+    start = source.index("{", at) + 1
+    depth, end = 1, start
+    while depth:
+        depth += {"{": 1, "}": -1}.get(source[end], 0)
+        end += 1
+    return source[start:end - 1]
+
+
 def test_an_include_is_not_an_mma_call():
     source = "#include <tl_templates/cuda/instruction/mma.h>\n#include <tl_templates/cuda/instruction/wgmma.h>\n" \
              "extern \"C\" __global__ void main_kernel(float* acc_s) {\n#pragma unroll\n  acc_s[0] = 0;\n}\n"

@@ -342,16 +342,6 @@ def test_the_call_offset_study_reads_each_mode_over_rounds_and_one_call_within_a
     assert re.search(r"^\s+2x1\s+2\s+0\.000\s+0\.00\s+0\.71\s+0\.704$", out, re.M), out
 
 
-def block(source: str, at: int) -> str:
-    """The body of the brace block opened on or after ``at``."""
-    start = source.index("{", at) + 1
-    depth, end = 1, start
-    while depth:
-        depth += {"{": 1, "}": -1}.get(source[end], 0)
-        end += 1
-    return source[start:end - 1]
-
-
 @pytest.mark.slow
 def test_the_fp8_converter_kernel_lowers_with_its_two_roles(importable):
     """The lab kernel (GPU-timed by its own command) is lowered here for sm_90a, as CI can: the second warpgroup
@@ -359,6 +349,7 @@ def test_the_fp8_converter_kernel_lowers_with_its_two_roles(importable):
     split (one would deadlock the two roles)."""
     from lab import fp8_converter
     from mlagate.kernels import mla_decode as m
+    from test_kernel_cpu import block
 
     shape = m.Shape(batch=64, seqlen=4000, heads=16, dtype="bfloat16", s_q=2, kv_dtype=m.FP8_FORMAT["sm_90"])
     source = fp8_converter.lower(shape)
