@@ -363,3 +363,9 @@ def test_the_fp8_converter_kernel_lowers_with_its_two_roles(importable):
     assert "__syncthreads()" not in converters + consumers
     with pytest.raises(ValueError, match="one-warpgroup head block"):
         fp8_converter.program(m.plan(dataclasses.replace(shape, kv_dtype="bfloat16"), m.HOPPER, "sm_90a"))
+
+
+@pytest.mark.parametrize("name", ["placement_study", "budget_study", "call_offset_study"])
+def test_a_case_study_without_out_or_summary_refuses_before_measuring(name):
+    run = lab(f"lab.{name}", check=False)
+    assert run.returncode == 2 and "give OUT.json (or --summary OUT.json)" in run.stderr
