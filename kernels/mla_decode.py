@@ -271,8 +271,17 @@ def resolve_num_split(shape: Shape, config: TileConfig, sm_count: int) -> int:
     return split
 
 
+class BlockThreads:
+    """A plan's thread block: the consumers (``threads``: the GEMMs and the softmax) and an fp8 cache's converters
+    (``converters``: converter_threads), which only the attend macro's converting branch runs."""
+
+    @property
+    def block_threads(self) -> int:
+        return self.threads + self.converters
+
+
 @dataclass(frozen=True)
-class Plan:
+class Plan(BlockThreads):
     """What a launch really does once the split is fitted to the sequence."""
 
     shape: Shape
@@ -281,10 +290,12 @@ class Plan:
     split_len: int  # tokens per split, a multiple of block_N
     block_H: int  # the config's head block, or all query rows (s_q x heads) when there are fewer
     threads: int  # the config's threads, fewer where a small head block cannot feed them all
+    converters: int = 0  # threads of the warpgroup converting an fp8 cache's tiles (converter_threads), if any
 
     @property
     def masked(self) -> bool:
         return self.num_split * self.split_len != self.shape.seqlen
+
 
 
 def threads_for(config: TileConfig, block_H: int, arch: str) -> int:
@@ -294,6 +305,16 @@ def threads_for(config: TileConfig, block_H: int, arch: str) -> int:
         return config.threads
     warp = WARP_SIZE.get(arch.split(":")[0], 32)
     return min(config.threads, max(1, block_H // ROWS_PER_WARP) * warp)
+
+
+def converter_threads(shape, config: TileConfig, block_H: int) -> int:
+    """The threads of a warpgroup that converts an fp8 cache's tiles beside the consumers (attend_macro), or 0.
+    Under a wgmma tile (16 heads) one consumer warpgroup runs the GEMMs on mma.sync; converting each tile itself
+    as well held the fp8 kernel to its own speed, below the bf16 cache's on the H200, whose bf16 kernel follows
+    the memory. A second warpgroup doing only the conversion ran 1.33x the bf16 cache's speed at s_q 1 on the H100
+    (docs/measurements.md, 2026-12-06). A head block of two consumer warpgroups leaves no registers for a third."""
+    pipelined_in_shared = config.schedule == "pipelined" and config.operands_in_shared
+    return WARPGROUP if shape.kv_fp8 and pipelined_in_shared and block_H < WGMMA_ROWS else 0
 
 
 def kernel_config(shape: Shape, config: TileConfig) -> TileConfig:
@@ -340,13 +361,13 @@ def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = Non
     split_len = math.ceil(per_split / config.block_N) * config.block_N
     # Drop splits that would start past the end: an empty split has no softmax.
     num_split = math.ceil(shape.seqlen / split_len)
-    return Plan(shape, config, num_split, split_len, block_H, threads_for(config, block_H, base))
+    return Plan(shape, config, num_split, split_len, block_H, threads_for(config, block_H, base),
+                converter_threads(shape, config, block_H))
 
 
 def softmax_step_macro(block_H: int, block_N: int, dim: int):
     """One tile's online-softmax step, after its scores (acc_s, masked) and before its PV GEMM: the running max,
-    the tile's probabilities into P_buf, the logsum and the output rescaled to the new max. attend_macro's, and
-    lab/fp8_converter.py's."""
+    the tile's probabilities into P_buf, the logsum and the output rescaled to the new max: both attend macros'."""
 
     @T.macro
     def softmax_step(acc_s, P_buf, acc_o, logsum, scores_max, scores_max_prev, scores_scale, scores_sum, scale):
@@ -371,24 +392,27 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
     """The online-softmax ``attend`` macro of both decode kernels (this one and mla_decode_paged.py's).
 
     ``shape`` gives dtype, dim, pe_dim and scale (a Shape or a PagedShape). ``load_tile(KV, K_pe, Block_table,
-    bx, start, seqlen, KV_shared, K_pe_shared)`` is a macro filling the shared K/V tiles with tokens start ..
-    start + block_N of sequence bx. ``masked``: scores of tokens at or past ``seqlen`` become MASKED; with
-    s_q > 1 a tile holding one of the last s_q positions is masked causally (query row r is token r // heads: it sees
-    seqlen - s_q + 1 + r // heads positions), and a tail past seqlen with it.
+    bx, start, seqlen, KV_tile, K_pe_tile)`` is a macro filling K/V tiles (shared, or a converter's registers) with
+    tokens start .. start + block_N of sequence bx. ``masked``: scores of tokens at or past ``seqlen`` become
+    MASKED; with s_q > 1 a tile holding one of the last s_q positions is masked causally (query row r is token
+    r // heads: it sees seqlen - s_q + 1 + r // heads positions), and a tail past seqlen with it.
     ``empty_splits``: a split may run no tile, so a zero logsum gives output 0 instead of 0 / 0.
-    An fp8 cache (``shape.kv_fp8``): load_tile fills fp8 staging tiles, read into registers and written back in the
-    query's dtype (exact: every e4m3 value is a bf16 and an fp16; E4M3_TO_BF16 on sm_90) for the GEMMs; kv_scale
-    (``Kv_scale[0]``) is folded into the score scale and into the output's normalisation, never multiplied into a K
-    or V element.
+    An fp8 cache (``shape.kv_fp8``): its tiles are converted to the query's dtype for the GEMMs (exact: every e4m3
+    value is a bf16 and an fp16; E4M3_TO_BF16 on sm_90), by a warpgroup of their own where converter_threads gives
+    one (converting_attend_macro), otherwise in the loop: load_tile fills fp8 staging tiles, read into registers and
+    written back converted. kv_scale (``Kv_scale[0]``) is folded into the score scale and into the output's
+    normalisation, never multiplied into a K or V element.
     """
     dtype, accum = shape.dtype, "float32"
     dim, pe_dim = shape.dim, shape.pe_dim
     kv_fp8, kv_dtype = shape.kv_fp8, shape.kv_dtype
-    heads, s_q = shape.heads, shape.s_q
     block_N = config.block_N
     policy = getattr(T.GemmWarpPolicy, config.policy)
     in_shared = config.operands_in_shared
     softmax_step = softmax_step_macro(block_H, block_N, dim)
+    mask, normalise = mask_macro(shape, block_H, block_N, masked), normalise_macro(shape, block_H, empty_splits)
+    if converter_threads(shape, config, block_H):
+        return converting_attend_macro(shape, config, block_H, load_tile, mask, normalise)
 
     @T.macro
     def attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max):  # noqa: E501 (mlagate ladder matches this line)
@@ -436,17 +460,39 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
                 load_tile(KV, K_pe, Block_table, bx, start, seqlen, KV_shared, K_pe_shared)
             T.gemm(Q_buf, KV_shared, acc_s, transpose_B=True, policy=policy, clear_accum=True)
             T.gemm(Q_pe_buf, K_pe_shared, acc_s, transpose_B=True, policy=policy)
-            if s_q > 1:
-                if start + block_N > seqlen - (s_q - 1):  # only a tile holding one of the last s_q positions
-                    for i, j in T.Parallel(block_H, block_N):
-                        acc_s[i, j] = T.if_then_else(start + j < seqlen - (s_q - 1) + (by * block_H + i) // heads,
-                                                     acc_s[i, j], MASKED)
-            elif masked:
-                for i, j in T.Parallel(block_H, block_N):
-                    acc_s[i, j] = T.if_then_else(start + j < seqlen, acc_s[i, j], MASKED)
+            mask(acc_s, start, seqlen, by)
             softmax_step(acc_s, P_buf, acc_o, logsum, scores_max, scores_max_prev, scores_scale, scores_sum, scale)
             T.gemm(P_buf, KV_shared, acc_o, policy=policy)
-        if kv_fp8:  # V was read as stored: its scale joins the normalisation
+        normalise(acc_o, logsum, scores_scale, Kv_scale)
+
+    return attend
+
+
+def mask_macro(shape, block_H: int, block_N: int, masked: bool):
+    """attend's mask of one tile's scores (attend_macro says which)."""
+    heads, s_q = shape.heads, shape.s_q
+
+    @T.macro
+    def mask(acc_s, start, seqlen, by):
+        if s_q > 1:
+            if start + block_N > seqlen - (s_q - 1):  # only a tile holding one of the last s_q positions
+                for i, j in T.Parallel(block_H, block_N):
+                    acc_s[i, j] = T.if_then_else(start + j < seqlen - (s_q - 1) + (by * block_H + i) // heads,
+                                                 acc_s[i, j], MASKED)
+        elif masked:
+            for i, j in T.Parallel(block_H, block_N):
+                acc_s[i, j] = T.if_then_else(start + j < seqlen, acc_s[i, j], MASKED)
+
+    return mask
+
+
+def normalise_macro(shape, block_H: int, empty_splits: bool):
+    """attend's last step: the output over its logsum (an fp8 cache's V scale with it; 0 for an empty split)."""
+    dim = shape.dim
+
+    @T.macro
+    def normalise(acc_o, logsum, scores_scale, Kv_scale):
+        if shape.kv_fp8:  # V was read as stored: its scale joins the normalisation
             for i in T.Parallel(block_H):
                 scores_scale[i] = T.if_then_else(logsum[i] > 0, Kv_scale[0] / logsum[i], 0)
             for i, j in T.Parallel(block_H, dim):
@@ -457,6 +503,89 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
         else:
             for i, j in T.Parallel(block_H, dim):
                 acc_o[i, j] /= logsum[i]
+
+    return normalise
+
+
+def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, mask, normalise):
+    """attend_macro's ``attend`` for an fp8 cache under one consumer warpgroup, with a converter warpgroup beside it
+    (threads WARPGROUP .. 2 x WARPGROUP of the block): a converter loads a tile into its registers, waits until the
+    consumers are done with the bf16 tile it overwrites (two, alternating: mbarriers ``empty``), writes it
+    converted and signals it (``full``); the consumers wait, multiply and run the softmax. The tiles go over in
+    rounds of four slots, a round's slots past n_blocks handed over empty, so each call leaves the barriers in the
+    phase it found them and a kernel may call attend once per piece of work. The caller's epilogue runs on the
+    consumers only (threads below ``Plan.threads``)."""
+    dtype, accum, kv_dtype = shape.dtype, "float32", shape.kv_dtype
+    dim, pe_dim, block_N = shape.dim, shape.pe_dim, config.block_N
+    policy = getattr(T.GemmWarpPolicy, config.policy)
+    softmax_step = softmax_step_macro(block_H, block_N, dim)
+    converters = converter_threads(shape, config, block_H)
+
+    @T.macro
+    def hand_over(KV, K_pe, Block_table, bx, start, seqlen, real, KV_reg, K_pe_reg, KV_tile, K_pe_tile, full, empty,
+                  b, parity):
+        if real:
+            load_tile(KV, K_pe, Block_table, bx, start, seqlen, KV_reg, K_pe_reg)
+        T.barrier_wait(empty[b], 1 - parity)  # on a fresh barrier, the phase before the first: passes
+        if real:
+            T.copy(KV_reg, KV_tile)
+            T.copy(K_pe_reg, K_pe_tile)
+        T.barrier_arrive(full[b])
+
+    @T.macro
+    def take(Q_buf, Q_pe_buf, P_buf, KV_tile, K_pe_tile, full, empty, b, parity, start, seqlen, by, real, scale,
+             acc_s, acc_o, logsum, scores_max, scores_max_prev, scores_scale, scores_sum):
+        T.barrier_wait(full[b], parity)
+        if real:
+            T.gemm(Q_buf, KV_tile, acc_s, transpose_B=True, policy=policy, clear_accum=True)
+            T.gemm(Q_pe_buf, K_pe_tile, acc_s, transpose_B=True, policy=policy)
+            mask(acc_s, start, seqlen, by)
+            softmax_step(acc_s, P_buf, acc_o, logsum, scores_max, scores_max_prev, scores_scale, scores_sum, scale)
+            T.gemm(P_buf, KV_tile, acc_o, policy=policy)
+        T.barrier_arrive(empty[b])
+
+    @T.macro
+    def attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max):  # noqa: E501 (mlagate ladder matches this line)
+        """Online softmax over n_blocks K/V tiles from first_token on."""
+        if kv_dtype == FP8_FORMAT["sm_90"] and dtype == "bfloat16":
+            T.import_source(E4M3_TO_BF16)
+        Q_buf = T.alloc_shared([block_H, dim], dtype)
+        Q_pe_buf = T.alloc_shared([block_H, pe_dim], dtype)
+        P_buf = T.alloc_shared([block_H, block_N], dtype)
+        KV_0 = T.alloc_shared([block_N, dim], dtype)
+        KV_1 = T.alloc_shared([block_N, dim], dtype)
+        K_pe_0 = T.alloc_shared([block_N, pe_dim], dtype)
+        K_pe_1 = T.alloc_shared([block_N, pe_dim], dtype)
+        full = T.alloc_barrier(arrive_count=[converters, converters])
+        empty = T.alloc_barrier(arrive_count=[WARPGROUP, WARPGROUP])
+        pairs = T.ceildiv(n_blocks, 4) * 2  # slot pairs: whole rounds of four
+        if T.get_thread_binding() >= WARPGROUP:
+            KV_reg = T.alloc_fragment([block_N, dim], kv_dtype)
+            K_pe_reg = T.alloc_fragment([block_N, pe_dim], kv_dtype)
+            for k in T.serial(pairs):
+                hand_over(KV, K_pe, Block_table, bx, first_token + 2 * k * block_N, seqlen, 2 * k < n_blocks,
+                          KV_reg, K_pe_reg, KV_0, K_pe_0, full, empty, 0, k % 2)
+                hand_over(KV, K_pe, Block_table, bx, first_token + (2 * k + 1) * block_N, seqlen,
+                          2 * k + 1 < n_blocks, KV_reg, K_pe_reg, KV_1, K_pe_1, full, empty, 1, k % 2)
+        else:
+            acc_s = T.alloc_fragment([block_H, block_N], accum)
+            scores_max_prev = T.alloc_fragment([block_H], accum)
+            scores_scale = T.alloc_fragment([block_H], accum)
+            scores_sum = T.alloc_fragment([block_H], accum)
+            scale = score_scale(shape, Kv_scale)
+            T.copy(Q[bx, by * block_H:(by + 1) * block_H, :], Q_buf)
+            T.copy(Q_pe[bx, by * block_H:(by + 1) * block_H, :], Q_pe_buf)
+            T.fill(acc_o, 0)
+            T.fill(logsum, 0)
+            T.fill(scores_max, -T.infinity(accum))
+            for k in T.serial(pairs):
+                take(Q_buf, Q_pe_buf, P_buf, KV_0, K_pe_0, full, empty, 0, k % 2, first_token + 2 * k * block_N,
+                     seqlen, by, 2 * k < n_blocks, scale, acc_s, acc_o, logsum, scores_max, scores_max_prev,
+                     scores_scale, scores_sum)
+                take(Q_buf, Q_pe_buf, P_buf, KV_1, K_pe_1, full, empty, 1, k % 2,
+                     first_token + (2 * k + 1) * block_N, seqlen, by, 2 * k + 1 < n_blocks, scale, acc_s, acc_o,
+                     logsum, scores_max, scores_max_prev, scores_scale, scores_sum)
+            normalise(acc_o, logsum, scores_scale, Kv_scale)
 
     return attend
 
@@ -559,17 +688,18 @@ def program(p: Plan):
             Output: T.Tensor([batch, rows, dim], dtype),
             Lse: T.Tensor([batch, rows], accum),
     ):
-        with T.Kernel(batch, head_blocks, num_split, threads=p.threads) as (bx, by, bz):
+        with T.Kernel(batch, head_blocks, num_split, threads=p.block_threads) as (bx, by, bz):
             acc_o = T.alloc_fragment([block_H, dim], accum)
             logsum = T.alloc_fragment([block_H], accum)
             scores_max = T.alloc_fragment([block_H], accum)
             T.use_swizzle(10)
             attend(Q, Q_pe, KV, K_pe, Kv_scale, None, bx, by, seqlen, bz * split_len, blocks_per_split, acc_o,
                    logsum, scores_max)
-            for i in T.Parallel(block_H):
-                logsum[i] = T.log2(logsum[i]) + scores_max[i] * score_scale(s, Kv_scale)
-            T.copy(logsum, glse[bx, by * block_H:(by + 1) * block_H, bz])
-            T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
+            if T.get_thread_binding() < p.threads:  # the consumers: every thread but an fp8 cache's converters
+                for i in T.Parallel(block_H):
+                    logsum[i] = T.log2(logsum[i]) + scores_max[i] * score_scale(s, Kv_scale)
+                T.copy(logsum, glse[bx, by * block_H:(by + 1) * block_H, bz])
+                T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
 
         with T.Kernel(rows, batch, threads=128) as (hid, bid):
             combine(glse, O_partial, Output, Lse, bid, hid, num_split)
@@ -584,22 +714,23 @@ def program(p: Plan):
             Output: T.Tensor([batch, rows, dim], dtype),
             Lse: T.Tensor([batch, rows], accum),
     ):
-        with T.Kernel(batch, head_blocks, threads=p.threads) as (bx, by):
+        with T.Kernel(batch, head_blocks, threads=p.block_threads) as (bx, by):
             acc_o = T.alloc_fragment([block_H, dim], accum)
             logsum = T.alloc_fragment([block_H], accum)
             scores_max = T.alloc_fragment([block_H], accum)
             T.use_swizzle(10)
             attend(Q, Q_pe, KV, K_pe, Kv_scale, None, bx, by, seqlen, 0, blocks_per_split, acc_o, logsum,
                    scores_max)
-            for i in T.Parallel(block_H):
-                logsum[i] = (T.log2(logsum[i]) + scores_max[i] * score_scale(s, Kv_scale)) * LN2
-            T.copy(logsum, Lse[bx, by * block_H:(by + 1) * block_H])
-            if in_shared:
-                O_shared = T.alloc_shared([block_H, dim], dtype)
-                T.copy(acc_o, O_shared)
-                T.copy(O_shared, Output[bx, by * block_H:(by + 1) * block_H, :])
-            else:
-                T.copy(acc_o, Output[bx, by * block_H:(by + 1) * block_H, :])
+            if T.get_thread_binding() < p.threads:  # the consumers: every thread but an fp8 cache's converters
+                for i in T.Parallel(block_H):
+                    logsum[i] = (T.log2(logsum[i]) + scores_max[i] * score_scale(s, Kv_scale)) * LN2
+                T.copy(logsum, Lse[bx, by * block_H:(by + 1) * block_H])
+                if in_shared:
+                    O_shared = T.alloc_shared([block_H, dim], dtype)
+                    T.copy(acc_o, O_shared)
+                    T.copy(O_shared, Output[bx, by * block_H:(by + 1) * block_H, :])
+                else:
+                    T.copy(acc_o, Output[bx, by * block_H:(by + 1) * block_H, :])
 
     return main_split if num_split > 1 else main_no_split
 

@@ -70,8 +70,8 @@ def test_an_fp8_tile_is_converted_without_a_barrier_per_step_and_by_its_bits_on_
     """The fp8 tile goes stage -> registers -> bf16 tile: no barrier inside a loop that reads a stage or converts
     (a shared-to-shared copy put one in every step), and the pairs go through E4M3_TO_BF16, which renames the
     converter TileLang calls: if a TileLang release renames it, this fails instead of the kernel slowing silently."""
-    if kernel == "dense":
-        source = m.lower(m.Shape(batch=64, seqlen=4096, heads=16, dtype="bfloat16", kv_dtype=FN), m.HOPPER, "sm_90a")
+    if kernel == "dense":  # 128 heads: converted in the consumers' loop; the paged 16 heads: by converters
+        source = m.lower(m.Shape(batch=64, seqlen=4096, heads=128, dtype="bfloat16", kv_dtype=FN), m.HOPPER, "sm_90a")
     else:
         shape = p.PagedShape(batch=4, heads=16, max_pages=64, page_size=64, dtype="bfloat16", kv_dtype=FN)
         source = p.lower(shape, m.HOPPER.with_(num_split=0), "sm_90a")
@@ -80,6 +80,49 @@ def test_an_fp8_tile_is_converted_without_a_barrier_per_step_and_by_its_bits_on_
     assert not [b for b in converting if "__sync" in b], "a barrier inside a converting loop"
     assert "#define __tl_cvt_e4m3x2_to_bfloat162 mlagate_e4m3x2_to_bf16x2" in source
     assert "__tl_cvt_e4m3x2_to_bfloat162(" in kernel_body(source)
+
+
+def test_an_fp8_cache_under_one_consumer_warpgroup_gets_a_converting_warpgroup():
+    """Under a wgmma tile (16 heads, or 32 rows at s_q 2) on sm_90 a second warpgroup converts; two consumer
+    warpgroups, a 16-bit cache, gfx942's register-resident config: none."""
+    def threads(shape, config=m.HOPPER, arch="sm_90a"):
+        plan = m.plan(shape, config, arch)
+        return plan.threads, plan.converters, plan.block_threads
+
+    fp8 = m.Shape(batch=64, seqlen=4096, heads=16, dtype="bfloat16", kv_dtype=FN)
+    assert threads(fp8) == threads(dataclasses.replace(fp8, s_q=2)) == threads(fp8, m.SEESAW) == (128, 128, 256)
+    assert threads(dataclasses.replace(fp8, s_q=4)) == threads(dataclasses.replace(fp8, heads=128)) == (256, 0, 256)
+    assert threads(dataclasses.replace(fp8, kv_dtype="bfloat16")) == (128, 0, 128)
+    assert threads(dataclasses.replace(fp8, kv_dtype=FNUZ), m.CDNA3, "gfx942")[1:] == (0, 64)
+    paged = p.PagedShape(batch=4, heads=16, max_pages=64, page_size=64, dtype="bfloat16", kv_dtype=FN)
+    assert p.plan(paged, m.HOPPER.with_(num_split=0), "sm_90a").block_threads == 256
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["dense", "paged"])
+def test_the_converters_convert_and_the_consumers_multiply_and_write(kernel):
+    """The two roles of a 16-head fp8 kernel, lowered for sm_90a: the converters read, convert and signal through
+    the barriers, the consumers wait, multiply and alone write the result; no whole-block barrier after the split
+    (one would deadlock the roles). Rows past a 4000-token cache read as zeros, not past the tensor."""
+    if kernel == "dense":
+        shape = m.Shape(batch=64, seqlen=4000, heads=16, dtype="bfloat16", s_q=2, kv_dtype=FN)
+        source = kernel_body(m.lower(shape, m.HOPPER, "sm_90a"))
+    else:
+        shape = p.PagedShape(batch=4, heads=16, max_pages=64, page_size=1, dtype="bfloat16", s_q=2, kv_dtype=FN)
+        source = kernel_body(p.lower(shape, m.HOPPER.with_(num_split=0), "sm_90a"))
+    split = source.index("if (128 <= ((int)threadIdx.x)) {")
+    converters = block(source, split)
+    rest = source[source.index(converters, split) + len(converters):]
+    assert rest.startswith("} else {")
+    consumers = block(rest, 0)
+    writes = block(rest, rest.index("if (((int)threadIdx.x) < 128) {"))
+    assert "empty[0].wait(" in converters and "full[1].arrive()" in converters and "__tl_cvt_" in converters
+    assert "full[0].wait(" in consumers and "empty[1].arrive()" in consumers and "__tl_cvt_" not in consumers
+    assert re.search(MMA_CALLS["mma"], consumers) and not re.search(MMA_CALLS["mma"], converters)
+    assert "__syncthreads()" not in converters + consumers + writes
+    assert re.search(r"\bglse\[", writes) and not re.search(r"\b(glse|O_partial|Output)\[", converters + consumers)
+    if kernel == "dense":
+        assert "< 4004" in converters
 
 
 @pytest.mark.parametrize("arch,dtype,fmt", [
@@ -245,7 +288,8 @@ def test_the_ladder_wraps_the_attend_macro_before_and_after_its_kv_scale():
 
     source = open(m.__file__).read()
     assert ladder.unpatchable(source) is None
-    earlier = source.replace("K_pe, Kv_scale, Block_table, bx", "K_pe, Block_table, bx", 1)
+    earlier = source.replace("def attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx",
+                             "def attend(Q, Q_pe, KV, K_pe, Block_table, bx")  # each attend macro's
     assert earlier != source and ladder.unpatchable(earlier) is None
     assert "def spun(Q, Q_pe, KV, K_pe, Block_table," in ladder.patched(earlier, 5, {("hopper",): 1}, "r")
     assert "def spun(Q, Q_pe, KV, K_pe, Kv_scale, Block_table," in ladder.patched(source, 5, {("hopper",): 1}, "r")

@@ -2,7 +2,6 @@
 on committed data (tests/fixtures, lab/fixtures) or on stores written with the project's own record format."""
 
 import ast
-import dataclasses
 import datetime
 import importlib
 import inspect
@@ -340,29 +339,6 @@ def test_the_call_offset_study_reads_each_mode_over_rounds_and_one_call_within_a
     assert "6 rounds, 2 windows per mode and round" in out
     assert re.search(r"^\s+1x2\s+1\s+0\.545\s+1\.00\s+1\.00\s+—$", out, re.M), out
     assert re.search(r"^\s+2x1\s+2\s+0\.000\s+0\.00\s+0\.71\s+0\.704$", out, re.M), out
-
-
-@pytest.mark.slow
-def test_the_fp8_converter_kernel_lowers_with_its_two_roles(importable):
-    """The lab kernel (GPU-timed by its own command) is lowered here for sm_90a, as CI can: the second warpgroup
-    converts and signals through the barriers, the first waits on them, and no whole-block barrier follows the
-    split (one would deadlock the two roles)."""
-    from lab import fp8_converter
-    from mlagate.kernels import mla_decode as m
-    from test_kernel_cpu import block
-
-    shape = m.Shape(batch=64, seqlen=4000, heads=16, dtype="bfloat16", s_q=2, kv_dtype=m.FP8_FORMAT["sm_90"])
-    source = fp8_converter.lower(shape)
-    converters = block(source, source.index("if (128 <= ((int)threadIdx.x)) {"))
-    rest = source[source.index(converters) + len(converters):]
-    assert rest.startswith("} else {")
-    consumers = block(rest, 0)
-    assert "empty[0].wait(" in converters and "full[0].arrive()" in converters and "__tl_cvt_" in converters
-    assert "< 4004" in converters  # rows past the cache's 4000 tokens read as zeros, not past the tensor
-    assert "full[0].wait(" in consumers and "empty[0].arrive()" in consumers and "mma_sync" in consumers
-    assert "__syncthreads()" not in converters + consumers
-    with pytest.raises(ValueError, match="one-warpgroup head block"):
-        fp8_converter.program(m.plan(dataclasses.replace(shape, kv_dtype="bfloat16"), m.HOPPER, "sm_90a"))
 
 
 @pytest.mark.parametrize("name", ["placement_study", "budget_study", "call_offset_study"])
