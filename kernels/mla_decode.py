@@ -509,9 +509,10 @@ def normalise_macro(shape, block_H: int, empty_splits: bool):
 
 def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, mask, normalise):
     """attend_macro's ``attend`` for an fp8 cache under one consumer warpgroup, with a converter warpgroup beside it
-    (threads WARPGROUP .. 2 x WARPGROUP of the block): a converter loads a tile into its registers, waits until the
-    consumers are done with the bf16 tile it overwrites (two, alternating: mbarriers ``empty``), writes it
-    converted and signals it (``full``); the consumers wait, multiply and run the softmax. The tiles go over in
+    (threads WARPGROUP .. 2 x WARPGROUP of the block): a converter loads a tile into its registers (the next one's
+    loads issued before it), waits until the consumers are done with the bf16 tile it overwrites (two, alternating:
+    mbarriers ``empty``), writes it converted and signals it (``full``); the consumers wait, multiply and run the
+    softmax. The tiles go over in
     rounds of four slots, a round's slots past n_blocks handed over empty, so each call leaves the barriers in the
     phase it found them and a kernel may call attend once per piece of work. The caller's epilogue runs on the
     consumers only (threads below ``Plan.threads``)."""
@@ -522,10 +523,12 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
     converters = converter_threads(shape, config, block_H)
 
     @T.macro
-    def hand_over(KV, K_pe, Block_table, bx, start, seqlen, real, KV_reg, K_pe_reg, KV_tile, K_pe_tile, full, empty,
-                  b, parity):
-        if real:
-            load_tile(KV, K_pe, Block_table, bx, start, seqlen, KV_reg, K_pe_reg)
+    def fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, t, KV_reg, K_pe_reg):
+        if t < n_blocks:
+            load_tile(KV, K_pe, Block_table, bx, first_token + t * block_N, seqlen, KV_reg, K_pe_reg)
+
+    @T.macro
+    def deliver(KV_reg, K_pe_reg, KV_tile, K_pe_tile, full, empty, b, parity, real):
         T.barrier_wait(empty[b], 1 - parity)  # on a fresh barrier, the phase before the first: passes
         if real:
             T.copy(KV_reg, KV_tile)
@@ -560,13 +563,19 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
         empty = T.alloc_barrier(arrive_count=[WARPGROUP, WARPGROUP])
         pairs = T.ceildiv(n_blocks, 4) * 2  # slot pairs: whole rounds of four
         if T.get_thread_binding() >= WARPGROUP:
-            KV_reg = T.alloc_fragment([block_N, dim], kv_dtype)
-            K_pe_reg = T.alloc_fragment([block_N, pe_dim], kv_dtype)
+            # Two register tiles: the next tile's loads are in flight while this one waits for its bf16 tile (one
+            # held the 16-head paged kernel to 0.77x the bf16 cache's speed on the H100: a page-table read, then
+            # the tile's, then the wait, in series).
+            KV_reg_0 = T.alloc_fragment([block_N, dim], kv_dtype)
+            K_pe_reg_0 = T.alloc_fragment([block_N, pe_dim], kv_dtype)
+            KV_reg_1 = T.alloc_fragment([block_N, dim], kv_dtype)
+            K_pe_reg_1 = T.alloc_fragment([block_N, pe_dim], kv_dtype)
+            fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 0, KV_reg_0, K_pe_reg_0)
             for k in T.serial(pairs):
-                hand_over(KV, K_pe, Block_table, bx, first_token + 2 * k * block_N, seqlen, 2 * k < n_blocks,
-                          KV_reg, K_pe_reg, KV_0, K_pe_0, full, empty, 0, k % 2)
-                hand_over(KV, K_pe, Block_table, bx, first_token + (2 * k + 1) * block_N, seqlen,
-                          2 * k + 1 < n_blocks, KV_reg, K_pe_reg, KV_1, K_pe_1, full, empty, 1, k % 2)
+                fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 2 * k + 1, KV_reg_1, K_pe_reg_1)
+                deliver(KV_reg_0, K_pe_reg_0, KV_0, K_pe_0, full, empty, 0, k % 2, 2 * k < n_blocks)
+                fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 2 * k + 2, KV_reg_0, K_pe_reg_0)
+                deliver(KV_reg_1, K_pe_reg_1, KV_1, K_pe_1, full, empty, 1, k % 2, 2 * k + 1 < n_blocks)
         else:
             acc_s = T.alloc_fragment([block_H, block_N], accum)
             scores_max_prev = T.alloc_fragment([block_H], accum)
