@@ -271,17 +271,8 @@ def resolve_num_split(shape: Shape, config: TileConfig, sm_count: int) -> int:
     return split
 
 
-class BlockThreads:
-    """A plan's thread block: the consumers (``threads``: the GEMMs and the softmax) and an fp8 cache's converters
-    (``converters``: converter_threads), which only the attend macro's converting branch runs."""
-
-    @property
-    def block_threads(self) -> int:
-        return self.threads + self.converters
-
-
 @dataclass(frozen=True)
-class Plan(BlockThreads):
+class Plan:
     """What a launch really does once the split is fitted to the sequence."""
 
     shape: Shape
@@ -296,6 +287,12 @@ class Plan(BlockThreads):
     def masked(self) -> bool:
         return self.num_split * self.split_len != self.shape.seqlen
 
+    @property
+    def block_threads(self) -> int:
+        """The thread block: the consumers (``threads``: the GEMMs and the softmax) and the converters, which only
+        the attend macro's converting branch runs."""
+        return self.threads + self.converters
+
 
 
 def threads_for(config: TileConfig, block_H: int, arch: str) -> int:
@@ -308,11 +305,14 @@ def threads_for(config: TileConfig, block_H: int, arch: str) -> int:
 
 
 def converter_threads(shape, config: TileConfig, block_H: int) -> int:
-    """The threads of a warpgroup that converts an fp8 cache's tiles beside the consumers (attend_macro), or 0.
+    """The threads of a warpgroup that converts a dense fp8 cache's tiles beside the consumers (attend_macro), or 0.
     Under a wgmma tile (16 heads) one consumer warpgroup runs the GEMMs on mma.sync; converting each tile itself
     as well held the fp8 kernel to its own speed, below the bf16 cache's on the H200, whose bf16 kernel follows
-    the memory. A second warpgroup doing only the conversion ran 1.33x the bf16 cache's speed at s_q 1 on the H100
-    (docs/measurements.md, 2026-12-06). A head block of two consumer warpgroups leaves no registers for a third."""
+    the memory. With a converting warpgroup it ran 1.30x the bf16 cache's speed at s_q 1 on the H100, 1.0-1.06x at
+    s_q 2 (docs/measurements.md, 2026-12-06, fourth session). Not over pages: there the converters' page-table
+    reads and bounds checks made the kernel slower than converting in the loop (0.80x the bf16 cache's speed
+    against 1.06x, spilling at s_q 2), so the paged plan takes none. A head block of two consumer warpgroups leaves
+    no registers for a third."""
     pipelined_in_shared = config.schedule == "pipelined" and config.operands_in_shared
     return WARPGROUP if shape.kv_fp8 and pipelined_in_shared and block_H < WGMMA_ROWS else 0
 
@@ -388,7 +388,7 @@ def softmax_step_macro(block_H: int, block_N: int, dim: int):
 
 
 def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_tile, *, masked: bool,
-                 empty_splits: bool):
+                 empty_splits: bool, converters: int = 0):
     """The online-softmax ``attend`` macro of both decode kernels (this one and mla_decode_paged.py's).
 
     ``shape`` gives dtype, dim, pe_dim and scale (a Shape or a PagedShape). ``load_tile(KV, K_pe, Block_table,
@@ -398,10 +398,10 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
     r // heads: it sees seqlen - s_q + 1 + r // heads positions), and a tail past seqlen with it.
     ``empty_splits``: a split may run no tile, so a zero logsum gives output 0 instead of 0 / 0.
     An fp8 cache (``shape.kv_fp8``): its tiles are converted to the query's dtype for the GEMMs (exact: every e4m3
-    value is a bf16 and an fp16; E4M3_TO_BF16 on sm_90), by a warpgroup of their own where converter_threads gives
-    one (converting_attend_macro), otherwise in the loop: load_tile fills fp8 staging tiles, read into registers and
-    written back converted. kv_scale (``Kv_scale[0]``) is folded into the score scale and into the output's
-    normalisation, never multiplied into a K or V element.
+    value is a bf16 and an fp16; E4M3_TO_BF16 on sm_90), by a warpgroup of ``converters`` threads of their own
+    where the plan has one (converting_attend_macro), otherwise in the loop: load_tile fills fp8 staging tiles, read
+    into registers and written back converted. kv_scale (``Kv_scale[0]``) is folded into the score scale and into
+    the output's normalisation, never multiplied into a K or V element.
     """
     dtype, accum = shape.dtype, "float32"
     dim, pe_dim = shape.dim, shape.pe_dim
@@ -411,7 +411,7 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
     in_shared = config.operands_in_shared
     softmax_step = softmax_step_macro(block_H, block_N, dim)
     mask, normalise = mask_macro(shape, block_H, block_N, masked), normalise_macro(shape, block_H, empty_splits)
-    if converter_threads(shape, config, block_H):
+    if converters:
         return converting_attend_macro(shape, config, block_H, load_tile, mask, normalise)
 
     @T.macro
@@ -520,7 +520,6 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
     dim, pe_dim, block_N = shape.dim, shape.pe_dim, config.block_N
     policy = getattr(T.GemmWarpPolicy, config.policy)
     softmax_step = softmax_step_macro(block_H, block_N, dim)
-    converters = converter_threads(shape, config, block_H)
 
     @T.macro
     def fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, t, KV_reg, K_pe_reg):
@@ -559,7 +558,7 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
         KV_1 = T.alloc_shared([block_N, dim], dtype)
         K_pe_0 = T.alloc_shared([block_N, pe_dim], dtype)
         K_pe_1 = T.alloc_shared([block_N, pe_dim], dtype)
-        full = T.alloc_barrier(arrive_count=[converters, converters])
+        full = T.alloc_barrier(arrive_count=[WARPGROUP, WARPGROUP])
         empty = T.alloc_barrier(arrive_count=[WARPGROUP, WARPGROUP])
         pairs = T.ceildiv(n_blocks, 4) * 2  # slot pairs: whole rounds of four
         if T.get_thread_binding() >= WARPGROUP:
@@ -682,7 +681,8 @@ def program(p: Plan):
         T.copy(K_pe[bx, start:start + block_N, 0, :], K_pe_shared)
 
     # Only a tail tile needs the mask, and every split holds tokens.
-    attend = attend_macro(s, c, block_H, c.num_stages, load_tile, masked=p.masked, empty_splits=False)
+    attend = attend_macro(s, c, block_H, c.num_stages, load_tile, masked=p.masked, empty_splits=False,
+                          converters=p.converters)
     combine = combine_macro(dim)
 
     @T.prim_func

@@ -108,14 +108,13 @@ class PagedShape:
 
 
 @dataclass(frozen=True)
-class PagedPlan(dense.BlockThreads):
+class PagedPlan:
     shape: PagedShape
     config: TileConfig
     num_split: int  # per launch; a short sequence leaves its later splits empty
     block_H: int
     threads: int
     parts: int = 0  # the balanced schedule's partitions (one thread block each per head block); 0: fixed splits
-    converters: int = 0  # the dense plan's
 
     @property
     def gather(self) -> bool:
@@ -144,9 +143,8 @@ def plan(shape: PagedShape, config: TileConfig, arch: str, sm_count: int | None 
                              f"{shape.page_size} and num_split {config.num_split}")
     if config.num_split == 0:  # "fill the device": the balanced schedule, one partition per SM and head block
         sms = sm_count or dense.SM_COUNT.get(arch.split(":")[0], 132)
-        return PagedPlan(shape, p.config, 0, p.block_H, p.threads, parts=max(1, sms // (shape.rows // p.block_H)),
-                         converters=p.converters)
-    return PagedPlan(shape, p.config, p.num_split, p.block_H, p.threads, converters=p.converters)
+        return PagedPlan(shape, p.config, 0, p.block_H, p.threads, parts=max(1, sms // (shape.rows // p.block_H)))
+    return PagedPlan(shape, p.config, p.num_split, p.block_H, p.threads)
 
 
 def split_tokens(seqlen, num_split: int, block_N: int):
@@ -285,7 +283,7 @@ def program(p: PagedPlan):
                 Lse: T.Tensor([batch, rows], accum),
         ):
             # One thread block per (partition, head block) runs its partition's pieces one after another.
-            with T.Kernel(parts, head_blocks, threads=p.block_threads) as (bx, by):
+            with T.Kernel(parts, head_blocks, threads=p.threads) as (bx, by):
                 acc_o = T.alloc_fragment([block_H, dim], accum)
                 logsum = T.alloc_fragment([block_H], accum)
                 scores_max = T.alloc_fragment([block_H], accum)
@@ -295,11 +293,10 @@ def program(p: PagedPlan):
                     first_token = Pieces[piece, 1]
                     attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, seq, by, Cache_seqlens[seq], first_token,
                            T.ceildiv(Pieces[piece, 2] - first_token, block_N), acc_o, logsum, scores_max)
-                    if T.get_thread_binding() < p.threads:  # the consumers: all threads but an fp8 cache's converters
-                        for i in T.Parallel(block_H):
-                            logsum[i] = T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale)
-                        T.copy(logsum, glse[piece, by * block_H:(by + 1) * block_H])
-                        T.copy(acc_o, O_partial[piece, by * block_H:(by + 1) * block_H, :])
+                    for i in T.Parallel(block_H):
+                        logsum[i] = T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale)
+                    T.copy(logsum, glse[piece, by * block_H:(by + 1) * block_H])
+                    T.copy(acc_o, O_partial[piece, by * block_H:(by + 1) * block_H, :])
 
             with T.Kernel(rows, batch, threads=128) as (hid, bid):
                 dense.combine_macro(dim, balanced_piece(Seq_pieces))(
@@ -320,7 +317,7 @@ def program(p: PagedPlan):
             Output: T.Tensor([batch, rows, dim], dtype),
             Lse: T.Tensor([batch, rows], accum),
     ):
-        with T.Kernel(batch, head_blocks, num_split, threads=p.block_threads) as (bx, by, bz):
+        with T.Kernel(batch, head_blocks, num_split, threads=p.threads) as (bx, by, bz):
             acc_o = T.alloc_fragment([block_H, dim], accum)
             logsum = T.alloc_fragment([block_H], accum)
             scores_max = T.alloc_fragment([block_H], accum)
@@ -332,13 +329,12 @@ def program(p: PagedPlan):
             n_blocks = T.ceildiv(T.max(T.min(split_len, seqlen - first_token), 0), block_N)
             attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum,
                    scores_max)
-            if T.get_thread_binding() < p.threads:  # the consumers: every thread but an fp8 cache's converters
-                for i in T.Parallel(block_H):
-                    logsum[i] = T.if_then_else(logsum[i] > 0,
-                                               T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale),
-                                               -T.infinity(accum))
-                T.copy(logsum, glse[bx, by * block_H:(by + 1) * block_H, bz])
-                T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
+            for i in T.Parallel(block_H):
+                logsum[i] = T.if_then_else(logsum[i] > 0,
+                                           T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale),
+                                           -T.infinity(accum))
+            T.copy(logsum, glse[bx, by * block_H:(by + 1) * block_H, bz])
+            T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
 
         with T.Kernel(rows, batch, threads=128) as (hid, bid):
             seqlen = Cache_seqlens[bid]
@@ -357,7 +353,7 @@ def program(p: PagedPlan):
             Output: T.Tensor([batch, rows, dim], dtype),
             Lse: T.Tensor([batch, rows], accum),
     ):
-        with T.Kernel(batch, head_blocks, threads=p.block_threads) as (bx, by):
+        with T.Kernel(batch, head_blocks, threads=p.threads) as (bx, by):
             acc_o = T.alloc_fragment([block_H, dim], accum)
             logsum = T.alloc_fragment([block_H], accum)
             scores_max = T.alloc_fragment([block_H], accum)
@@ -365,16 +361,15 @@ def program(p: PagedPlan):
             seqlen = Cache_seqlens[bx]
             attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, 0, T.ceildiv(seqlen, block_N),
                    acc_o, logsum, scores_max)
-            if T.get_thread_binding() < p.threads:  # the consumers: every thread but an fp8 cache's converters
-                for i in T.Parallel(block_H):
-                    logsum[i] = (T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale)) * LN2
-                T.copy(logsum, Lse[bx, by * block_H:(by + 1) * block_H])
-                if in_shared:
-                    O_shared = T.alloc_shared([block_H, dim], dtype)
-                    T.copy(acc_o, O_shared)
-                    T.copy(O_shared, Output[bx, by * block_H:(by + 1) * block_H, :])
-                else:
-                    T.copy(acc_o, Output[bx, by * block_H:(by + 1) * block_H, :])
+            for i in T.Parallel(block_H):
+                logsum[i] = (T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale)) * LN2
+            T.copy(logsum, Lse[bx, by * block_H:(by + 1) * block_H])
+            if in_shared:
+                O_shared = T.alloc_shared([block_H, dim], dtype)
+                T.copy(acc_o, O_shared)
+                T.copy(O_shared, Output[bx, by * block_H:(by + 1) * block_H, :])
+            else:
+                T.copy(acc_o, Output[bx, by * block_H:(by + 1) * block_H, :])
 
     return main_split if num_split > 1 else main_no_split
 

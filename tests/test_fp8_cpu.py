@@ -70,7 +70,7 @@ def test_an_fp8_tile_is_converted_without_a_barrier_per_step_and_by_its_bits_on_
     """The fp8 tile goes stage -> registers -> bf16 tile: no barrier inside a loop that reads a stage or converts
     (a shared-to-shared copy put one in every step), and the pairs go through E4M3_TO_BF16, which renames the
     converter TileLang calls: if a TileLang release renames it, this fails instead of the kernel slowing silently."""
-    if kernel == "dense":  # 128 heads: converted in the consumers' loop; the paged 16 heads: by converters
+    if kernel == "dense":  # 128 heads: converted in the consumers' loop (16 heads: by converters)
         source = m.lower(m.Shape(batch=64, seqlen=4096, heads=128, dtype="bfloat16", kv_dtype=FN), m.HOPPER, "sm_90a")
     else:
         shape = p.PagedShape(batch=4, heads=16, max_pages=64, page_size=64, dtype="bfloat16", kv_dtype=FN)
@@ -95,21 +95,16 @@ def test_an_fp8_cache_under_one_consumer_warpgroup_gets_a_converting_warpgroup()
     assert threads(dataclasses.replace(fp8, kv_dtype="bfloat16")) == (128, 0, 128)
     assert threads(dataclasses.replace(fp8, kv_dtype=FNUZ), m.CDNA3, "gfx942")[1:] == (0, 64)
     paged = p.PagedShape(batch=4, heads=16, max_pages=64, page_size=64, dtype="bfloat16", kv_dtype=FN)
-    assert p.plan(paged, m.HOPPER.with_(num_split=0), "sm_90a").block_threads == 256
+    assert p.plan(paged, m.HOPPER.with_(num_split=0), "sm_90a").threads == 128  # converts in the loop
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kernel", ["dense", "paged"])
-def test_the_converters_convert_and_the_consumers_multiply_and_write(kernel):
+def test_the_converters_convert_and_the_consumers_multiply_and_write():
     """The two roles of a 16-head fp8 kernel, lowered for sm_90a: the converters read, convert and signal through
     the barriers, the consumers wait, multiply and alone write the result; no whole-block barrier after the split
     (one would deadlock the roles). Rows past a 4000-token cache read as zeros, not past the tensor."""
-    if kernel == "dense":
-        shape = m.Shape(batch=64, seqlen=4000, heads=16, dtype="bfloat16", s_q=2, kv_dtype=FN)
-        source = kernel_body(m.lower(shape, m.HOPPER, "sm_90a"))
-    else:
-        shape = p.PagedShape(batch=4, heads=16, max_pages=64, page_size=1, dtype="bfloat16", s_q=2, kv_dtype=FN)
-        source = kernel_body(p.lower(shape, m.HOPPER.with_(num_split=0), "sm_90a"))
+    shape = m.Shape(batch=64, seqlen=4000, heads=16, dtype="bfloat16", s_q=2, kv_dtype=FN)
+    source = kernel_body(m.lower(shape, m.HOPPER, "sm_90a"))
     split = source.index("if (128 <= ((int)threadIdx.x)) {")
     converters = block(source, split)
     rest = source[source.index(converters, split) + len(converters):]
@@ -121,9 +116,9 @@ def test_the_converters_convert_and_the_consumers_multiply_and_write(kernel):
     assert re.search(MMA_CALLS["mma"], consumers) and not re.search(MMA_CALLS["mma"], converters)
     assert "__syncthreads()" not in converters + consumers + writes
     assert re.search(r"\bglse\[", writes) and not re.search(r"\b(glse|O_partial|Output)\[", converters + consumers)
-    if kernel == "dense":  # a row past the 4000 tokens is a zero, never a read past the tensor
-        assert re.search(r"if \(\(\(\(.*\) < \d+\)\) \{\n\s+condval = \*\(fp8_e4_16_t\*\)\(KV \+", converters)
-        assert "condval = tl::broadcast<fp8_e4_16_t>(broadcast_var)" in converters
+    # a row past the 4000 tokens is a zero, never a read past the tensor
+    assert re.search(r"if \(\(\(\(.*\) < \d+\)\) \{\n\s+condval = \*\(fp8_e4_16_t\*\)\(KV \+", converters)
+    assert "condval = tl::broadcast<fp8_e4_16_t>(broadcast_var)" in converters
 
 
 @pytest.mark.parametrize("arch,dtype,fmt", [
