@@ -631,6 +631,25 @@ def combine_macro(dim: int, piece=None):
     return combine
 
 
+def write_unsplit_macro(shape, block_H: int, in_shared: bool):
+    """An unsplit launch's epilogue (both decode kernels'): the natural-log lse and the output of head block by of
+    sequence bx, staged through shared memory where the operands live there."""
+
+    @T.macro
+    def write_unsplit(acc_o, logsum, scores_max, Kv_scale, Lse, Output, bx, by):
+        for i in T.Parallel(block_H):
+            logsum[i] = (T.log2(logsum[i]) + scores_max[i] * score_scale(shape, Kv_scale)) * LN2
+        T.copy(logsum, Lse[bx, by * block_H:(by + 1) * block_H])
+        if in_shared:
+            O_shared = T.alloc_shared([block_H, shape.dim], shape.dtype)
+            T.copy(acc_o, O_shared)
+            T.copy(O_shared, Output[bx, by * block_H:(by + 1) * block_H, :])
+        else:
+            T.copy(acc_o, Output[bx, by * block_H:(by + 1) * block_H, :])
+
+    return write_unsplit
+
+
 # The module of kernels/ that builds each other schedule's program, and those modules once imported. A kernel
 # file loaded as it was at another commit (measure.interleaved) gets that commit's modules put in
 # schedule_modules, so a re-measure builds each commit's own seesaw.
@@ -684,6 +703,7 @@ def program(p: Plan):
     attend = attend_macro(s, c, block_H, c.num_stages, load_tile, masked=p.masked, empty_splits=False,
                           converters=p.converters)
     combine = combine_macro(dim)
+    write_unsplit = write_unsplit_macro(s, block_H, in_shared)
 
     @T.prim_func
     def main_split(
@@ -731,15 +751,7 @@ def program(p: Plan):
             attend(Q, Q_pe, KV, K_pe, Kv_scale, None, bx, by, seqlen, 0, blocks_per_split, acc_o, logsum,
                    scores_max)
             if T.get_thread_binding() < p.threads:  # the consumers: every thread but an fp8 cache's converters
-                for i in T.Parallel(block_H):
-                    logsum[i] = (T.log2(logsum[i]) + scores_max[i] * score_scale(s, Kv_scale)) * LN2
-                T.copy(logsum, Lse[bx, by * block_H:(by + 1) * block_H])
-                if in_shared:
-                    O_shared = T.alloc_shared([block_H, dim], dtype)
-                    T.copy(acc_o, O_shared)
-                    T.copy(O_shared, Output[bx, by * block_H:(by + 1) * block_H, :])
-                else:
-                    T.copy(acc_o, Output[bx, by * block_H:(by + 1) * block_H, :])
+                write_unsplit(acc_o, logsum, scores_max, Kv_scale, Lse, Output, bx, by)
 
     return main_split if num_split > 1 else main_no_split
 

@@ -36,7 +36,6 @@ import tilelang.language as T
 from mlagate.kernels import mla_decode as dense
 from mlagate.kernels.mla_decode import (
     DTYPES,
-    LN2,
     LOG2E,
     TileConfig,
     check_device,
@@ -260,6 +259,7 @@ def program(p: PagedPlan):
     # Lengths are runtime data: every tile may hold a tail, and a split past a sequence's end none.
     attend = dense.attend_macro(s, c, block_H, p.num_stages, load_tile, masked=True, empty_splits=True)
     combine = dense.combine_macro(dim)
+    write_unsplit = dense.write_unsplit_macro(s, block_H, in_shared)
 
     parts = p.parts
     if parts:  # traced where defined: only the program this plan runs (a split of 0 splits is none)
@@ -361,15 +361,7 @@ def program(p: PagedPlan):
             seqlen = Cache_seqlens[bx]
             attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, 0, T.ceildiv(seqlen, block_N),
                    acc_o, logsum, scores_max)
-            for i in T.Parallel(block_H):
-                logsum[i] = (T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale)) * LN2
-            T.copy(logsum, Lse[bx, by * block_H:(by + 1) * block_H])
-            if in_shared:
-                O_shared = T.alloc_shared([block_H, dim], dtype)
-                T.copy(acc_o, O_shared)
-                T.copy(O_shared, Output[bx, by * block_H:(by + 1) * block_H, :])
-            else:
-                T.copy(acc_o, Output[bx, by * block_H:(by + 1) * block_H, :])
+            write_unsplit(acc_o, logsum, scores_max, Kv_scale, Lse, Output, bx, by)
 
     return main_split if num_split > 1 else main_no_split
 
