@@ -8,8 +8,15 @@ fewer windows each, and one call after the GPU sat idle (whether the gap between
 the sd over rounds of the median of the round's pooled samples: if offsets are per call and independent, k calls
 shrink it as 1 / sqrt(k) for the same windows, at the cost of k - 1 more warm-ups and estimates per case.
 
+Every call warms up for the record budget's warm-up, as a record's case does, except in the two "no warm-up" modes:
+one window per call with only the call's own estimate (six calls) before it, back to back, or each after one window
+of another case (--other-batch; its samples dropped), as a record that dealt its cases' windows round-robin would
+take them. They answer what spreading a case over calls would cost a record: if they repeat as closely as the
+warmed-up calls, the warm-up carries no part of the offset and a call costs a record only its estimate
+(docs/measurements.md has the runs).
+
     python -m lab.call_offset_study OUT.json [--impl tilelang-seesaw] [--batch 64] [--seqlen 4096] [--heads 16]
-        [--dtype float16] [--rounds 20] [--idle-ms 200]
+        [--dtype float16] [--rounds 20] [--idle-ms 200] [--other-batch 128]
     python -m lab.call_offset_study --summary OUT.json   # the table of a recorded run
 """
 
@@ -18,12 +25,16 @@ import statistics
 
 
 def modes(windows: int) -> dict:
-    """{mode: (calls, windows per call, idle ms before each call)}: the record's one call, the same windows split
-    into halves... down to one window per call, and the one call after an idle GPU (idle set by the caller)."""
+    """{mode: (calls, windows per call, idle ms before each call, warm-up before each call, another case's window
+    before each call)}: the record's one call, the same windows split into halves... down to one window per call, the
+    one call after an idle GPU (idle set by the caller), and one window per call without a warm-up, alone and
+    between another case's windows."""
     splits = sorted({k for k in (2, windows // 2, windows) if 1 < k <= windows and windows % k == 0})
-    table = {f"1x{windows}": (1, windows, 0)}
-    table.update({f"{k}x{windows // k}": (k, windows // k, 0) for k in splits})
-    table[f"1x{windows} after idle"] = (1, windows, None)
+    table = {f"1x{windows}": (1, windows, 0, True, False)}
+    table.update({f"{k}x{windows // k}": (k, windows // k, 0, True, False) for k in splits})
+    table[f"1x{windows} after idle"] = (1, windows, None, True, False)
+    table[f"{windows}x1 no warm-up"] = (windows, 1, 0, False, False)
+    table[f"{windows}x1 no warm-up, between"] = (windows, 1, 0, False, True)
     return table
 
 
@@ -43,7 +54,7 @@ def table(run: dict) -> str:
              f"{'mode':>18} {'calls':>6} {'sd of pooled median %':>22} {'x one call':>11} {'1/sqrt(calls)':>14} "
              f"{'one call within a round %':>26}"]
     base = None
-    for mode, (calls, _, _) in run["modes"].items():
+    for mode, (calls, *_) in run["modes"].items():
         sd, within = spread(run["samples_ms"][mode])
         base = base or sd
         lines.append(f"{mode:>18} {calls:>6} {sd:>22.3f} {sd / base:>11.2f} {1 / math.sqrt(calls):>14.2f} "
@@ -52,6 +63,7 @@ def table(run: dict) -> str:
 
 
 def measure(args) -> dict:
+    import argparse
     import time
 
     from lab import case_name, warm_launch
@@ -59,19 +71,22 @@ def measure(args) -> dict:
     from mlagate.measure import timer
 
     launch, timing, gpu = warm_launch(args)
+    other = warm_launch(argparse.Namespace(**{**vars(args), "batch": args.other_batch}))[0]
     record = timing.budget("record")
     plan = modes(record.windows)
     samples = {mode: [] for mode in plan}
     for _ in range(args.rounds):
-        for mode, (calls, windows, idle) in plan.items():
+        for mode, (calls, windows, idle, warm, between) in plan.items():
             taken = []
             for _ in range(calls):
                 time.sleep((args.idle_ms if idle is None else idle) / 1e3)
-                taken.append(list(timer.time_gpu(launch, timing, Budget(record.warmup_ms, windows),
-                                                 device=gpu).times_ms))
+                if between:
+                    timer.time_gpu(other, timing, Budget(0, 1), device=gpu)
+                budget = Budget(record.warmup_ms if warm else 0, windows)
+                taken.append(list(timer.time_gpu(launch, timing, budget, device=gpu).times_ms))
             samples[mode].append(taken)
     return {"case": case_name(args), "rounds": args.rounds, "windows": record.windows, "idle_ms": args.idle_ms,
-            "modes": {m: list(v) for m, v in plan.items()}, "samples_ms": samples}
+            "other_batch": args.other_batch, "modes": {m: list(v) for m, v in plan.items()}, "samples_ms": samples}
 
 
 def main(argv=None):
@@ -80,6 +95,7 @@ def main(argv=None):
     p = case_parser(__doc__)
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--idle-ms", type=float, default=200.0)
+    p.add_argument("--other-batch", type=int, default=128)
     summary_or_run(p, p.parse_args(argv), measure, table)
 
 

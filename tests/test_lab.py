@@ -321,8 +321,11 @@ def test_the_budget_study_pools_measurements_and_compares_windows_with_measureme
 def test_the_call_offset_study_reads_each_mode_over_rounds_and_one_call_within_a_round(importable, tmp_path):
     from lab import call_offset_study as study
 
-    assert list(study.modes(10)) == ["1x10", "2x5", "5x2", "10x1", "1x10 after idle"]
-    assert study.modes(10)["5x2"] == (5, 2, 0) and study.modes(10)["1x10 after idle"] == (1, 10, None)
+    assert list(study.modes(10)) == ["1x10", "2x5", "5x2", "10x1", "1x10 after idle", "10x1 no warm-up",
+                                     "10x1 no warm-up, between"]
+    assert study.modes(10)["5x2"] == (5, 2, 0, True, False)
+    assert study.modes(10)["1x10 after idle"] == (1, 10, None, True, False)
+    assert study.modes(10)["10x1 no warm-up, between"] == (10, 1, 0, False, True)
     # one call per round, its offset alternating by 1%: the rounds spread; no within-round figure
     one = [[[0.100 * o] * 4] for o in (1.00, 1.01) * 3]
     sd, within = study.spread(one)
