@@ -476,7 +476,7 @@ def test_bad_input_exits_2_naming_the_option_and_writes_nothing(gpu, tmp_path, c
 
 @pytest.mark.parametrize("kernel, why", [
     ("def program(p):\n    pass\n", "defines no attend_macro"),  # before bd0bbdf: the attend lived inside program
-    (KERNEL.replace("acc_o, logsum, scores_max):", "acc_o, logsum):", 1), "whose arguments are not")])
+    (KERNEL.replace("acc_o, logsum, scores_max):", "acc_o, logsum):"), "whose arguments are not")])
 def test_a_base_whose_kernel_the_step_cannot_wrap_is_refused_before_anything(gpu, repo, tmp_path, capsys, kernel,
                                                                             why):
     assert ladder.unpatchable(KERNEL) is None and why in ladder.unpatchable(kernel)
