@@ -304,17 +304,18 @@ def threads_for(config: TileConfig, block_H: int, arch: str) -> int:
     return min(config.threads, max(1, block_H // ROWS_PER_WARP) * warp)
 
 
-def converter_threads(shape, config: TileConfig, block_H: int) -> int:
+def converter_threads(shape, config: TileConfig, block_H: int, arch: str) -> int:
     """The threads of a warpgroup that converts a dense fp8 cache's tiles beside the consumers (attend_macro), or 0.
-    Under a wgmma tile (16 heads) one consumer warpgroup runs the GEMMs on mma.sync; converting each tile itself
-    as well held the fp8 kernel to its own speed, below the bf16 cache's on the H200, whose bf16 kernel follows
-    the memory. With a converting warpgroup it ran 1.30x the bf16 cache's speed at s_q 1 on the H100, 1.0-1.06x at
-    s_q 2 (docs/measurements.md, 2026-12-06, fourth session). Not over pages: there the converters' page-table
-    reads and bounds checks made the kernel slower than converting in the loop (0.80x the bf16 cache's speed
-    against 1.06x, spilling at s_q 2), so the paged plan takes none. A head block of two consumer warpgroups leaves
-    no registers for a third."""
+    Under a wgmma tile (16 heads) on sm_90 one consumer warpgroup runs the GEMMs on mma.sync; converting each tile
+    itself as well held the fp8 kernel to its own speed, below the bf16 cache's on the H200, whose bf16 kernel
+    follows the memory. With a converting warpgroup it ran 1.29-1.31x the bf16 cache's speed at s_q 1 on the H100,
+    0.99-1.04x at s_q 2 (docs/measurements.md, 2026-12-06, fourth session). Not over pages: there the converters'
+    page-table reads and bounds checks made the kernel slower than converting in the loop (0.80x the bf16 cache's
+    speed against 1.06x, spilling at s_q 2), so the paged plan takes none. A head block of two consumer warpgroups
+    leaves no registers for a third; gfx942 has no mbarriers to hand tiles over with."""
     pipelined_in_shared = config.schedule == "pipelined" and config.operands_in_shared
-    return WARPGROUP if shape.kv_fp8 and pipelined_in_shared and block_H < WGMMA_ROWS else 0
+    hopper = arch.split(":")[0].startswith("sm_9")
+    return WARPGROUP if shape.kv_fp8 and hopper and pipelined_in_shared and block_H < WGMMA_ROWS else 0
 
 
 def kernel_config(shape: Shape, config: TileConfig) -> TileConfig:
@@ -362,7 +363,7 @@ def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = Non
     # Drop splits that would start past the end: an empty split has no softmax.
     num_split = math.ceil(shape.seqlen / split_len)
     return Plan(shape, config, num_split, split_len, block_H, threads_for(config, block_H, base),
-                converter_threads(shape, config, block_H))
+                converter_threads(shape, config, block_H, base))
 
 
 def softmax_step_macro(block_H: int, block_N: int, dim: int):
@@ -512,10 +513,10 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
     (threads WARPGROUP .. 2 x WARPGROUP of the block): a converter loads a tile into its registers (the next one's
     loads issued before it), waits until the consumers are done with the bf16 tile it overwrites (two, alternating:
     mbarriers ``empty``), writes it converted and signals it (``full``); the consumers wait, multiply and run the
-    softmax. The tiles go over in
-    rounds of four slots, a round's slots past n_blocks handed over empty, so each call leaves the barriers in the
-    phase it found them and a kernel may call attend once per piece of work. The caller's epilogue runs on the
-    consumers only (threads below ``Plan.threads``)."""
+    softmax. The tiles go over in rounds of four slots, a round's slots past n_blocks handed over empty (at most
+    three per call), so each call leaves the barriers in the phase it found them: correct however often a thread
+    block calls attend (the dense kernel calls it once; the paged one, which would call it per piece, converts in its
+    loop). The caller's epilogue runs on the consumers only (threads below ``Plan.threads``)."""
     dtype, accum, kv_dtype = shape.dtype, "float32", shape.kv_dtype
     dim, pe_dim, block_N = shape.dim, shape.pe_dim, config.block_N
     policy = getattr(T.GemmWarpPolicy, config.policy)
@@ -562,9 +563,8 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
         empty = T.alloc_barrier(arrive_count=[WARPGROUP, WARPGROUP])
         pairs = T.ceildiv(n_blocks, 4) * 2  # slot pairs: whole rounds of four
         if T.get_thread_binding() >= WARPGROUP:
-            # Two register tiles: the next tile's loads are in flight while this one waits for its bf16 tile (one
-            # held the 16-head paged kernel to 0.77x the bf16 cache's speed on the H100: a page-table read, then
-            # the tile's, then the wait, in series).
+            # Two register tiles: the next tile's loads are in flight while this one waits for its bf16 tile (1-2%
+            # faster than one at s_q 2 on the H100, 253 registers and no spills).
             KV_reg_0 = T.alloc_fragment([block_N, dim], kv_dtype)
             K_pe_reg_0 = T.alloc_fragment([block_N, pe_dim], kv_dtype)
             KV_reg_1 = T.alloc_fragment([block_N, dim], kv_dtype)

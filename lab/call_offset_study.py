@@ -13,7 +13,7 @@ one window per call with only the call's own estimate (six calls) before it, bac
 of another case (--other-batch; its samples dropped), as a record that dealt its cases' windows round-robin would
 take them. They answer what spreading a case over calls would cost a record: if they repeat as closely as the
 warmed-up calls, the warm-up carries no part of the offset and a call costs a record only its estimate
-(docs/measurements.md has the runs).
+(docs/measurements.md has the first run, from before these two modes).
 
     python -m lab.call_offset_study OUT.json [--impl tilelang-seesaw] [--batch 64] [--seqlen 4096] [--heads 16]
         [--dtype float16] [--rounds 20] [--idle-ms 200] [--other-batch 128]
@@ -51,13 +51,13 @@ def spread(rounds: list) -> tuple:
 def table(run: dict) -> str:
     lines = [f"{run['case']}: {run['rounds']} rounds, {run['windows']} windows per mode and round "
              f"(idle {run['idle_ms']} ms before the idle mode's call)",
-             f"{'mode':>18} {'calls':>6} {'sd of pooled median %':>22} {'x one call':>11} {'1/sqrt(calls)':>14} "
+             f"{'mode':>26} {'calls':>6} {'sd of pooled median %':>22} {'x one call':>11} {'1/sqrt(calls)':>14} "
              f"{'one call within a round %':>26}"]
     base = None
     for mode, (calls, *_) in run["modes"].items():
         sd, within = spread(run["samples_ms"][mode])
         base = base or sd
-        lines.append(f"{mode:>18} {calls:>6} {sd:>22.3f} {sd / base:>11.2f} {1 / math.sqrt(calls):>14.2f} "
+        lines.append(f"{mode:>26} {calls:>6} {sd:>22.3f} {sd / base:>11.2f} {1 / math.sqrt(calls):>14.2f} "
                      f"{'—' if math.isnan(within) else f'{within:.3f}':>26}")
     return "\n".join(lines)
 

@@ -94,16 +94,20 @@ def test_an_fp8_cache_under_one_consumer_warpgroup_gets_a_converting_warpgroup()
     assert threads(dataclasses.replace(fp8, s_q=4)) == threads(dataclasses.replace(fp8, heads=128)) == (256, 0, 256)
     assert threads(dataclasses.replace(fp8, kv_dtype="bfloat16")) == (128, 0, 128)
     assert threads(dataclasses.replace(fp8, kv_dtype=FNUZ), m.CDNA3, "gfx942")[1:] == (0, 64)
+    assert threads(dataclasses.replace(fp8, kv_dtype=FNUZ), m.HOPPER, "gfx942")[1] == 0  # no mbarriers there
     paged = p.PagedShape(batch=4, heads=16, max_pages=64, page_size=64, dtype="bfloat16", kv_dtype=FN)
     assert p.plan(paged, m.HOPPER.with_(num_split=0), "sm_90a").threads == 128  # converts in the loop
 
 
 @pytest.mark.slow
-def test_the_converters_convert_and_the_consumers_multiply_and_write():
-    """The two roles of a 16-head fp8 kernel, lowered for sm_90a: the converters read, convert and signal through
-    the barriers, the consumers wait, multiply and alone write the result; no whole-block barrier after the split
-    (one would deadlock the roles). Rows past a 4000-token cache read as zeros, not past the tensor."""
-    shape = m.Shape(batch=64, seqlen=4000, heads=16, dtype="bfloat16", s_q=2, kv_dtype=FN)
+@pytest.mark.parametrize("batch,seqlen,s_q,result", [(64, 4000, 2, "glse"), (128, 4161, 1, "Lse")])
+def test_the_converters_convert_and_the_consumers_multiply_and_write(batch, seqlen, s_q, result):
+    """The two roles of a 16-head fp8 kernel (split and unsplit), lowered for sm_90a: the converters read, convert
+    and hand each bf16 tile over (waiting for its release on the parity before the use's: a fresh barrier lets the
+    first pass), the consumers wait for it on the use's parity, multiply, release it and alone write the result; each
+    role syncs on a named barrier of its own and none on the whole block after the split (that would deadlock
+    them). A cache that ends inside a tile reads its missing rows as zeros, not past the tensor."""
+    shape = m.Shape(batch=batch, seqlen=seqlen, heads=16, dtype="bfloat16", s_q=s_q, kv_dtype=FN)
     source = kernel_body(m.lower(shape, m.HOPPER, "sm_90a"))
     split = source.index("if (128 <= ((int)threadIdx.x)) {")
     converters = block(source, split)
@@ -111,14 +115,18 @@ def test_the_converters_convert_and_the_consumers_multiply_and_write():
     assert rest.startswith("} else {")
     consumers = block(rest, 0)
     writes = block(rest, rest.index("if (((int)threadIdx.x) < 128) {"))
-    assert "empty[0].wait(" in converters and "full[1].arrive()" in converters and "__tl_cvt_" in converters
-    assert "full[0].wait(" in consumers and "empty[1].arrive()" in consumers and "__tl_cvt_" not in consumers
+    for b in (0, 1):
+        assert re.search(rf"empty\[{b}\]\.wait\(\(1 - \((\w+) & 1\)\)\)", converters)
+        assert f"full[{b}].arrive()" in converters and f"empty[{b}].arrive()" in consumers
+        assert re.search(rf"full\[{b}\]\.wait\(\((\w+) & 1\)\)", consumers)
+    assert "__tl_cvt_" in converters and "__tl_cvt_" not in consumers
     assert re.search(MMA_CALLS["mma"], consumers) and not re.search(MMA_CALLS["mma"], converters)
+    named = [set(re.findall(r"__sync_thread_partial\((\d+), 128\)", role)) for role in (converters, consumers)]
+    assert all(named) and not named[0] & named[1]
     assert "__syncthreads()" not in converters + consumers + writes
-    assert re.search(r"\bglse\[", writes) and not re.search(r"\b(glse|O_partial|Output)\[", converters + consumers)
-    # a row past the 4000 tokens is a zero, never a read past the tensor
-    assert re.search(r"if \(\(\(\(.*\) < \d+\)\) \{\n\s+condval = \*\(fp8_e4_16_t\*\)\(KV \+", converters)
-    assert "condval = tl::broadcast<fp8_e4_16_t>(broadcast_var)" in converters
+    assert re.search(rf"\b{result}\[", writes)
+    assert not re.search(r"\b(glse|O_partial|Output|Lse)\[", converters + consumers)
+    assert "tl::broadcast<" in converters  # the zero rows past the cache's end
 
 
 @pytest.mark.parametrize("arch,dtype,fmt", [
