@@ -294,7 +294,6 @@ class Plan:
         return self.threads + self.converters
 
 
-
 def threads_for(config: TileConfig, block_H: int, arch: str) -> int:
     """The config's threads, capped for register-resident scores at one warp per
     16 rows of the head block (TP8's 16 heads: one warp on sm_90, one wavefront on gfx942)."""
@@ -368,7 +367,8 @@ def plan(shape: Shape, config: TileConfig, arch: str, sm_count: int | None = Non
 
 def softmax_step_macro(block_H: int, block_N: int, dim: int):
     """One tile's online-softmax step, after its scores (acc_s, masked) and before its PV GEMM: the running max,
-    the tile's probabilities into P_buf, the logsum and the output rescaled to the new max: both attend macros'."""
+    the tile's probabilities into P_buf, the logsum and the output rescaled to the new max (attend_macro's
+    tile_step)."""
 
     @T.macro
     def softmax_step(acc_s, P_buf, acc_o, logsum, scores_max, scores_max_prev, scores_scale, scores_sum, scale):
@@ -412,8 +412,28 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
     in_shared = config.operands_in_shared
     softmax_step = softmax_step_macro(block_H, block_N, dim)
     mask, normalise = mask_macro(shape, block_H, block_N, masked), normalise_macro(shape, block_H, empty_splits)
+
+    @T.macro
+    def start_rows(Q, Q_pe, bx, by, Q_buf, Q_pe_buf, acc_o, logsum, scores_max):
+        """The head block's queries in, the running output, logsum and max reset."""
+        T.copy(Q[bx, by * block_H:(by + 1) * block_H, :], Q_buf)
+        T.copy(Q_pe[bx, by * block_H:(by + 1) * block_H, :], Q_pe_buf)
+        T.fill(acc_o, 0)
+        T.fill(logsum, 0)
+        T.fill(scores_max, -T.infinity(accum))
+
+    @T.macro
+    def tile_step(Q_buf, Q_pe_buf, P_buf, KV_tile, K_pe_tile, start, seqlen, by, scale, acc_s, acc_o, logsum,
+                  scores_max, scores_max_prev, scores_scale, scores_sum):
+        """One K/V tile in the query's dtype: its scores, masked, the softmax step, and its PV product."""
+        T.gemm(Q_buf, KV_tile, acc_s, transpose_B=True, policy=policy, clear_accum=True)
+        T.gemm(Q_pe_buf, K_pe_tile, acc_s, transpose_B=True, policy=policy)
+        mask(acc_s, start, seqlen, by)
+        softmax_step(acc_s, P_buf, acc_o, logsum, scores_max, scores_max_prev, scores_scale, scores_sum, scale)
+        T.gemm(P_buf, KV_tile, acc_o, policy=policy)
+
     if converters:
-        return converting_attend_macro(shape, config, block_H, load_tile, mask, normalise)
+        return converting_attend_macro(shape, config, block_H, load_tile, start_rows, tile_step, normalise)
 
     @T.macro
     def attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max):  # noqa: E501 (mlagate ladder matches this line)
@@ -441,11 +461,7 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
         scores_scale = T.alloc_fragment([block_H], accum)
         scores_sum = T.alloc_fragment([block_H], accum)
 
-        T.copy(Q[bx, by * block_H:(by + 1) * block_H, :], Q_buf)
-        T.copy(Q_pe[bx, by * block_H:(by + 1) * block_H, :], Q_pe_buf)
-        T.fill(acc_o, 0)
-        T.fill(logsum, 0)
-        T.fill(scores_max, -T.infinity(accum))
+        start_rows(Q, Q_pe, bx, by, Q_buf, Q_pe_buf, acc_o, logsum, scores_max)
         for k in T.Pipelined(n_blocks, num_stages=num_stages):
             start = first_token + k * block_N
             if kv_fp8:
@@ -459,11 +475,8 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
                 T.copy(K_pe_reg, K_pe_shared)
             else:
                 load_tile(KV, K_pe, Block_table, bx, start, seqlen, KV_shared, K_pe_shared)
-            T.gemm(Q_buf, KV_shared, acc_s, transpose_B=True, policy=policy, clear_accum=True)
-            T.gemm(Q_pe_buf, K_pe_shared, acc_s, transpose_B=True, policy=policy)
-            mask(acc_s, start, seqlen, by)
-            softmax_step(acc_s, P_buf, acc_o, logsum, scores_max, scores_max_prev, scores_scale, scores_sum, scale)
-            T.gemm(P_buf, KV_shared, acc_o, policy=policy)
+            tile_step(Q_buf, Q_pe_buf, P_buf, KV_shared, K_pe_shared, start, seqlen, by, scale, acc_s, acc_o, logsum,
+                      scores_max, scores_max_prev, scores_scale, scores_sum)
         normalise(acc_o, logsum, scores_scale, Kv_scale)
 
     return attend
@@ -508,7 +521,7 @@ def normalise_macro(shape, block_H: int, empty_splits: bool):
     return normalise
 
 
-def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, mask, normalise):
+def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, start_rows, tile_step, normalise):
     """attend_macro's ``attend`` for an fp8 cache under one consumer warpgroup, with a converter warpgroup beside it
     (threads WARPGROUP .. 2 x WARPGROUP of the block): a converter loads a tile into its registers (the next one's
     loads issued before it), waits until the consumers are done with the bf16 tile it overwrites (two, alternating:
@@ -519,8 +532,6 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
     loop). The caller's epilogue runs on the consumers only (threads below ``Plan.threads``)."""
     dtype, accum, kv_dtype = shape.dtype, "float32", shape.kv_dtype
     dim, pe_dim, block_N = shape.dim, shape.pe_dim, config.block_N
-    policy = getattr(T.GemmWarpPolicy, config.policy)
-    softmax_step = softmax_step_macro(block_H, block_N, dim)
 
     @T.macro
     def fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, t, KV_reg, K_pe_reg):
@@ -540,11 +551,8 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
              acc_s, acc_o, logsum, scores_max, scores_max_prev, scores_scale, scores_sum):
         T.barrier_wait(full[b], parity)
         if real:
-            T.gemm(Q_buf, KV_tile, acc_s, transpose_B=True, policy=policy, clear_accum=True)
-            T.gemm(Q_pe_buf, K_pe_tile, acc_s, transpose_B=True, policy=policy)
-            mask(acc_s, start, seqlen, by)
-            softmax_step(acc_s, P_buf, acc_o, logsum, scores_max, scores_max_prev, scores_scale, scores_sum, scale)
-            T.gemm(P_buf, KV_tile, acc_o, policy=policy)
+            tile_step(Q_buf, Q_pe_buf, P_buf, KV_tile, K_pe_tile, start, seqlen, by, scale, acc_s, acc_o, logsum,
+                      scores_max, scores_max_prev, scores_scale, scores_sum)
         T.barrier_arrive(empty[b])
 
     @T.macro
@@ -581,11 +589,7 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
             scores_scale = T.alloc_fragment([block_H], accum)
             scores_sum = T.alloc_fragment([block_H], accum)
             scale = score_scale(shape, Kv_scale)
-            T.copy(Q[bx, by * block_H:(by + 1) * block_H, :], Q_buf)
-            T.copy(Q_pe[bx, by * block_H:(by + 1) * block_H, :], Q_pe_buf)
-            T.fill(acc_o, 0)
-            T.fill(logsum, 0)
-            T.fill(scores_max, -T.infinity(accum))
+            start_rows(Q, Q_pe, bx, by, Q_buf, Q_pe_buf, acc_o, logsum, scores_max)
             for k in T.serial(pairs):
                 take(Q_buf, Q_pe_buf, P_buf, KV_0, K_pe_0, full, empty, 0, k % 2, first_token + 2 * k * block_N,
                      seqlen, by, 2 * k < n_blocks, scale, acc_s, acc_o, logsum, scores_max, scores_max_prev,
