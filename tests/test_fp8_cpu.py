@@ -95,6 +95,7 @@ def test_an_fp8_cache_under_one_consumer_warpgroup_gets_a_converting_warpgroup()
     assert threads(dataclasses.replace(fp8, kv_dtype="bfloat16")) == (128, 0, 128)
     assert threads(dataclasses.replace(fp8, kv_dtype=FNUZ), m.CDNA3, "gfx942")[1:] == (0, 64)
     assert threads(dataclasses.replace(fp8, kv_dtype=FNUZ), m.HOPPER, "gfx942")[1] == 0  # no mbarriers there
+    assert threads(fp8, m.CDNA3)[1] == 0  # operands in registers: the in-loop conversion, on sm_90 too
     paged = p.PagedShape(batch=4, heads=16, max_pages=64, page_size=64, dtype="bfloat16", kv_dtype=FN)
     assert p.plan(paged, m.HOPPER.with_(num_split=0), "sm_90a").threads == 128  # converts in the loop
 
