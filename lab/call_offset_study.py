@@ -1,19 +1,20 @@
 """Would a case timed in several short calls repeat more closely than in one long one? (GPU; --summary on a CPU)
 
 lab/budget_study.py found (H100, 2026-12-06) that each timing call carries an offset of its own: the windows of one
-call agree 3-5x more closely than calls do, and calls are independent of each other. A record times a case in one
-call of the record budget's windows, so its median inherits one offset. Here one process times one case in rounds;
-each round takes the same windows in every mode, in turn: one call of all of them (what a record does), calls of
-fewer windows each, and one call after the GPU sat idle (whether the gap between calls sets the offset). Per mode,
-the sd over rounds of the median of the round's pooled samples: if offsets are per call and independent, k calls
+call agree 3-5x more closely than calls do, and calls are independent of each other. Here one process times one
+case in rounds; each round takes the same windows in every mode, in turn: one call of all of them, calls of fewer
+windows each, and one call after the GPU sat idle (whether the gap between calls sets the offset). Per mode, the
+sd over rounds of the median of the round's pooled samples: if offsets are per call and independent, k calls
 shrink it as 1 / sqrt(k) for the same windows, at the cost of k - 1 more warm-ups and estimates per case.
 
-Every call warms up for the record budget's warm-up, as a record's case does, except in the two "no warm-up" modes:
-one window per call with only the call's own estimate (six calls) before it, back to back, or each after one window
-of another case (--other-batch; its samples dropped), as a record that dealt its cases' windows round-robin would
-take them. They answer what spreading a case over calls would cost a record: if they repeat as closely as the
-warmed-up calls, the warm-up carries no part of the offset and a call costs a record only its estimate
-(docs/measurements.md has the first run, from before these two modes).
+Every call warms up for the record budget's warm-up, except in the two "no warm-up" modes: one window per call with
+only the call's own estimate (six calls) before it, back to back, or each after one window of another case
+(--other-batch; its samples dropped), as a record that dealt its cases' windows round-robin would take them.
+
+The runs in docs/measurements.md (2026-12-06, fourth and fifth sessions) took a call as time_gpu then did: one
+estimate and plan for all its windows. Since then time_gpu plans each window from an estimate of its own (what the
+no-warm-up mode's calls showed to repeat 4-5x more closely at 16 heads), so a call of several windows here is
+several such calls after one warm-up, and the modes differ by their warm-ups and idle gaps only.
 
     python -m lab.call_offset_study OUT.json [--impl tilelang-seesaw] [--batch 64] [--seqlen 4096] [--heads 16]
         [--dtype float16] [--rounds 20] [--idle-ms 200] [--other-batch 128]

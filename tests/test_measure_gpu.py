@@ -188,3 +188,21 @@ def test_a_call_the_host_was_late_for_is_made_up_in_its_window(monkeypatch):
     s = timer.time_gpu(fake.kernel, TIMING, "record")
     assert [w["samples"] for w in s.windows] == [2] * 10
     assert len(s.times_ms) == TIMING.min_samples and s.dropped > 0
+
+
+def test_each_window_is_planned_from_an_estimate_of_its_own_after_one_warm_up(monkeypatch):
+    """A case's windows are calls of their own (docs/measurements.md, 2026-12-06, fifth session): a kernel that
+    slows after the first window gets the later windows' plans from its new time, and only the first window
+    follows a warm-up."""
+    FakeCuda(kernel_ms=1.0).install(monkeypatch)
+    estimates, plans, warm_ups = iter([1.0] + [5.0] * 9), [], []
+    monkeypatch.setattr(timer, "_warm", set())
+    monkeypatch.setattr(timer, "_estimate", lambda call, flush: next(estimates))
+    monkeypatch.setattr(timer, "_warm_up", lambda call, flush, calls: warm_ups.append(calls) or calls)
+    steady = clocks.summarize([clocks.Reading(1400.0, 690.0, frozenset())])
+    monkeypatch.setattr(timer, "_window", lambda call, flush, clock, calls, stride: (
+        plans.append((calls, stride)) or ([1.0] * calls, steady, 0)))
+    s = timer.time_gpu(lambda: None, TIMING, "record")
+    assert plans == [timer.window_plan(1.0, TIMING, 10)] + [timer.window_plan(5.0, TIMING, 10)] * 9
+    assert warm_ups == [int(TIMING.warmup_ms / 1.0)]  # the process's first case: timing.warmup_ms, once
+    assert s.warmup_calls == warm_ups[0] + 6 * 10 and [w["samples"] for w in s.windows] == [50] + [10] * 9

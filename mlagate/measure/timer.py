@@ -123,11 +123,11 @@ def window_plan(estimate_ms: float, timing: Timing, windows: int) -> tuple:
 def time_gpu(fn, timing: Timing, budget: str | Budget = "record", *, device=None) -> Samples:
     """Time ``fn()`` with device events under a named perf.yml budget.
 
-    Warm-up for the budget's ``warmup_ms`` (``timing.warmup_ms`` for a process's first
-    case on a device), then ``budget.windows`` windows of ``timing.window_ms`` of
-    back-to-back calls, every one after a cache flush when ``timing.cold_l2``. A call
-    the GPU reached before the host had queued it is not timed (``Samples.dropped``):
-    its sample would hold host time.
+    ``budget.windows`` windows of ``timing.window_ms`` of back-to-back calls, every one after
+    a cache flush when ``timing.cold_l2``, each planned from an estimate of its own; the first
+    after a warm-up of the budget's ``warmup_ms`` (``timing.warmup_ms`` for a process's first
+    case on a device). A call the GPU reached before the host had queued it is not timed
+    (``Samples.dropped``): its sample would hold host time.
     """
     import torch
 
@@ -139,7 +139,29 @@ def time_gpu(fn, timing: Timing, budget: str | Budget = "record", *, device=None
     call = _graph(fn) if timing.cuda_graph else fn
     clock = probe(device)
 
-    # Estimate one call (with its flush) from five, after a first call that may compile.
+    windows, dropped, prepared = [], 0, 0
+    for w in range(spend.windows):
+        # Each window is a call of its own (its estimate, plan and lead): a case's windows then carry offsets of their
+        # own, where one call's windows share one. Ten such windows of a 16-head case repeated 4-5x more closely
+        # than one call of ten (docs/measurements.md, 2026-12-06, fifth session).
+        estimate_ms = _estimate(call, flush)
+        prepared += 6
+        if w == 0:  # one warm-up per case; the process's first case on a device warms for timing.warmup_ms
+            warmup_ms = spend.warmup_ms if device.index in _warm else max(spend.warmup_ms, timing.warmup_ms)
+            _warm.add(device.index)
+            prepared += _warm_up(call, flush, int(warmup_ms / estimate_ms))
+        times, reading, misses = _window(call, flush, clock, *window_plan(estimate_ms, timing, spend.windows))
+        dropped += misses
+        windows.append((times, reading))
+    props = torch.cuda.get_device_properties(device)
+    return _samples(windows, timing, budget if isinstance(budget, str) else "", flush.nbytes, prepared,
+                    props.name, dropped, uuid=str(getattr(props, "uuid", "")))
+
+
+def _estimate(call, flush) -> float:
+    """One call's time (with its flush) from five, after a first call that may compile."""
+    import torch
+
     call()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -149,47 +171,46 @@ def time_gpu(fn, timing: Timing, budget: str | Budget = "record", *, device=None
         call()
     end.record()
     end.synchronize()
-    estimate_ms = max(start.elapsed_time(end) / 5, 1e-3)
+    return max(start.elapsed_time(end) / 5, 1e-3)
 
-    warmup_ms = spend.warmup_ms if device.index in _warm else max(spend.warmup_ms, timing.warmup_ms)
-    _warm.add(device.index)
-    warmup_calls = int(warmup_ms / estimate_ms)
-    for _ in range(warmup_calls):
+
+def _warm_up(call, flush, calls: int) -> int:
+    for _ in range(calls):
         flush()
         call()
+    return calls
 
-    calls, stride = window_plan(estimate_ms, timing, spend.windows)
-    quota = math.ceil(calls / stride)  # timed calls per window; a call dropped for the lead is made up
-    lead, windows, dropped = _Lead(), [], 0
-    for _ in range(spend.windows):
-        pairs, readings, misses, i = [], [], 0, 0
-        next_read = time.perf_counter() + POLL_S  # not at once: the GPU may still be idle between windows
-        lead.sleep()
-        while len(pairs) < quota and misses <= quota:
-            if time.perf_counter() >= next_read:  # while queuing, the GPU runs this window's earlier calls
-                readings.append(clock.read())
-                next_read += POLL_S
-            i += 1
-            if (i - 1) % stride:
-                flush()
-                call()
-                continue
-            pair = lead.timed(flush, call)
-            if pair:
-                pairs.append(pair)
-            else:
-                misses += 1
-        dropped += misses
-        done = torch.cuda.Event()
-        done.record()
-        while not done.query():  # the GPU is still in this window
+
+def _window(call, flush, clock, calls: int, stride: int) -> tuple:
+    """One window of ``calls`` back-to-back calls, every stride-th timed: (times ms, the clock while it ran,
+    calls dropped for the lead)."""
+    import torch
+
+    quota = math.ceil(calls / stride)  # timed calls; a call dropped for the lead is made up
+    lead, pairs, readings, misses, i = _Lead(), [], [], 0, 0
+    next_read = time.perf_counter() + POLL_S  # not at once: the GPU may still be idle before the window
+    lead.sleep()
+    while len(pairs) < quota and misses <= quota:
+        if time.perf_counter() >= next_read:  # while queuing, the GPU runs this window's earlier calls
             readings.append(clock.read())
-            time.sleep(POLL_S)
-        done.synchronize()  # no reading after this: an idle GPU's clock says nothing of the window
-        windows.append(([s.elapsed_time(e) for s, e in pairs], clocks.summarize(readings)))
-    props = torch.cuda.get_device_properties(device)
-    return _samples(windows, timing, budget if isinstance(budget, str) else "", flush.nbytes, warmup_calls + 6,
-                    props.name, dropped, uuid=str(getattr(props, "uuid", "")))
+            next_read += POLL_S
+        i += 1
+        if (i - 1) % stride:
+            flush()
+            call()
+            continue
+        pair = lead.timed(flush, call)
+        if pair:
+            pairs.append(pair)
+        else:
+            misses += 1
+    done = torch.cuda.Event()
+    done.record()
+    while not done.query():  # the GPU is still in this window
+        readings.append(clock.read())
+        time.sleep(POLL_S)
+    done.synchronize()  # no reading after this: an idle GPU's clock says nothing of the window
+    return [s.elapsed_time(e) for s, e in pairs], clocks.summarize(readings), misses
 
 
 def _samples(windows, timing, budget, flush_bytes, warmup_calls, device_name, dropped, uuid="") -> Samples:
