@@ -304,14 +304,13 @@ def threads_for(config: TileConfig, block_H: int, arch: str) -> int:
 
 
 def converter_threads(shape, config: TileConfig, block_H: int, arch: str) -> int:
-    """The threads of a warpgroup that converts a dense fp8 cache's tiles beside the consumers (attend_macro), or 0.
+    """The threads of a warpgroup that converts an fp8 cache's tiles beside the consumers (attend_macro), or 0.
     Under a wgmma tile (16 heads) on sm_90 one consumer warpgroup runs the GEMMs on mma.sync; converting each tile
     itself as well held the fp8 kernel to its own speed, below the bf16 cache's on the H200, whose bf16 kernel
-    follows the memory. With a converting warpgroup it ran 1.29-1.31x the bf16 cache's speed at s_q 1 on the H100,
-    0.99-1.04x at s_q 2 (docs/measurements.md, 2026-12-06, fourth session). Not over pages: there the converters'
-    page-table reads and bounds checks made the kernel slower than converting in the loop (0.80x the bf16 cache's
-    speed against 1.06x, spilling at s_q 2), so the paged plan takes none. A head block of two consumer warpgroups
-    leaves no registers for a third; gfx942 has no mbarriers to hand tiles over with."""
+    follows the memory. With a converting warpgroup the dense kernel ran 1.33x the bf16 cache's speed at s_q 1 on
+    the H100, 1.02-1.06x at s_q 2, and over pages (tiles by TMA, mla_decode_paged.plan) 1.17-1.31x and 1.04-1.10x
+    (docs/measurements.md, 2026-12-06, fourth and fifth sessions). A head block of two consumer warpgroups leaves
+    no registers for a third; gfx942 has no mbarriers to hand tiles over with."""
     pipelined_in_shared = config.schedule == "pipelined" and config.operands_in_shared
     hopper = arch.split(":")[0].startswith("sm_9")
     return WARPGROUP if shape.kv_fp8 and hopper and pipelined_in_shared and block_H < WGMMA_ROWS else 0
@@ -389,7 +388,7 @@ def softmax_step_macro(block_H: int, block_N: int, dim: int):
 
 
 def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_tile, *, masked: bool,
-                 empty_splits: bool, converters: int = 0):
+                 empty_splits: bool, converters: int = 0, tma_tile=None):
     """The online-softmax ``attend`` macro of both decode kernels (this one and mla_decode_paged.py's).
 
     ``shape`` gives dtype, dim, pe_dim and scale (a Shape or a PagedShape). ``load_tile(KV, K_pe, Block_table,
@@ -400,9 +399,9 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
     ``empty_splits``: a split may run no tile, so a zero logsum gives output 0 instead of 0 / 0.
     An fp8 cache (``shape.kv_fp8``): its tiles are converted to the query's dtype for the GEMMs (exact: every e4m3
     value is a bf16 and an fp16; E4M3_TO_BF16 on sm_90), by a warpgroup of ``converters`` threads of their own
-    where the plan has one (converting_attend_macro), otherwise in the loop: load_tile fills fp8 staging tiles, read
-    into registers and written back converted. kv_scale (``Kv_scale[0]``) is folded into the score scale and into
-    the output's normalisation, never multiplied into a K or V element.
+    where the plan has one (converting_attend_macro; ``tma_tile`` as it takes it), otherwise in the loop: load_tile
+    fills fp8 staging tiles, read into registers and written back converted. kv_scale (``Kv_scale[0]``) is folded
+    into the score scale and into the output's normalisation, never multiplied into a K or V element.
     """
     dtype, accum = shape.dtype, "float32"
     dim, pe_dim = shape.dim, shape.pe_dim
@@ -433,7 +432,7 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
         T.gemm(P_buf, KV_tile, acc_o, policy=policy)
 
     if converters:
-        return converting_attend_macro(shape, config, block_H, load_tile, start_rows, tile_step, normalise)
+        return converting_attend_macro(shape, config, block_H, load_tile, start_rows, tile_step, normalise, tma_tile)
 
     @T.macro
     def attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max):  # noqa: E501 (mlagate ladder matches this line)
@@ -521,22 +520,52 @@ def normalise_macro(shape, block_H: int, empty_splits: bool):
     return normalise
 
 
-def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, start_rows, tile_step, normalise):
+def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, start_rows, tile_step, normalise,
+                            tma_tile=None):
     """attend_macro's ``attend`` for an fp8 cache under one consumer warpgroup, with a converter warpgroup beside it
-    (threads WARPGROUP .. 2 x WARPGROUP of the block): a converter loads a tile into its registers (the next one's
-    loads issued before it), waits until the consumers are done with the bf16 tile it overwrites (two, alternating:
-    mbarriers ``empty``), writes it converted and signals it (``full``); the consumers wait, multiply and run the
-    softmax. The tiles go over in rounds of four slots, a round's slots past n_blocks handed over empty (at most
-    three per call), so each call leaves the barriers in the phase it found them: correct however often a thread
-    block calls attend (the dense kernel calls it once; the paged one, which would call it per piece, converts in its
-    loop). The caller's epilogue runs on the consumers only (threads below ``Plan.threads``)."""
+    (threads WARPGROUP .. 2 x WARPGROUP of the block): a converter gets a tile into its registers (the next one's
+    load issued before it goes on), waits until the consumers are done with the bf16 tile it overwrites (two,
+    alternating: mbarriers ``empty``), writes it converted and signals it (``full``); the consumers wait, multiply
+    and run the softmax. How a tile reaches the registers: by ``load_tile`` into one of two register tiles (dense),
+    or, where ``tma_tile(KV, K_pe, Block_table, bx, start, KV_stage, K_pe_stage, loaded)`` is given (pages), by TMA
+    into one fp8 shared stage (mbarrier ``loaded``), read out before the next tile's copy is issued into it: loads
+    through the page table from the converters' own threads cost a bounds check per 16 bytes and spilled, 0.80x
+    the bf16 cache's speed; the stage made it 1.04-1.31x (docs/measurements.md, 2026-12-06, fourth and fifth
+    sessions). The tiles go over in rounds of four slots, a round's slots past n_blocks handed over empty (at
+    most three per call; the stage's copy for one is an arrival without bytes), so each call leaves every barrier
+    in the phase it found it: correct however often a thread block calls attend (the paged kernel's balanced
+    schedule calls it per piece). The caller's epilogue runs on the consumers only (threads below
+    ``Plan.threads``)."""
     dtype, accum, kv_dtype = shape.dtype, "float32", shape.kv_dtype
     dim, pe_dim, block_N = shape.dim, shape.pe_dim, config.block_N
+    staged = tma_tile is not None
 
     @T.macro
     def fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, t, KV_reg, K_pe_reg):
         if t < n_blocks:
             load_tile(KV, K_pe, Block_table, bx, first_token + t * block_N, seqlen, KV_reg, K_pe_reg)
+
+    @T.macro
+    def issue(KV, K_pe, Block_table, bx, first_token, n_blocks, t, KV_stage, K_pe_stage, loaded):
+        """Tile t's TMA copy into the stage; past n_blocks, an arrival that completes the stage's phase alone."""
+        if t < n_blocks:
+            tma_tile(KV, K_pe, Block_table, bx, first_token + t * block_N, KV_stage, K_pe_stage, loaded)
+            if T.shuffle_elect(WARPGROUP):
+                T.barrier_arrive(loaded[0])
+        else:
+            if T.shuffle_elect(WARPGROUP):
+                T.barrier_arrive(loaded[0])
+
+    @T.macro
+    def unstage(KV, K_pe, Block_table, bx, first_token, n_blocks, t, KV_stage, K_pe_stage, loaded, parity, ahead,
+                KV_reg, K_pe_reg):
+        """Tile t from the stage into registers, then tile t + 1's copy into the stage (if ``ahead``)."""
+        T.barrier_wait(loaded[0], parity)
+        if t < n_blocks:
+            T.copy(KV_stage, KV_reg)
+            T.copy(K_pe_stage, K_pe_reg)
+        if ahead:
+            issue(KV, K_pe, Block_table, bx, first_token, n_blocks, t + 1, KV_stage, K_pe_stage, loaded)
 
     @T.macro
     def deliver(KV_reg, K_pe_reg, KV_tile, K_pe_tile, full, empty, b, parity, real):
@@ -567,22 +596,38 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
         KV_1 = T.alloc_shared([block_N, dim], dtype)
         K_pe_0 = T.alloc_shared([block_N, pe_dim], dtype)
         K_pe_1 = T.alloc_shared([block_N, pe_dim], dtype)
+        if staged:
+            KV_stage = T.alloc_shared([block_N, dim], kv_dtype)
+            K_pe_stage = T.alloc_shared([block_N, pe_dim], kv_dtype)
+            loaded = T.alloc_barrier(arrive_count=[1])
         full = T.alloc_barrier(arrive_count=[WARPGROUP, WARPGROUP])
         empty = T.alloc_barrier(arrive_count=[WARPGROUP, WARPGROUP])
         pairs = T.ceildiv(n_blocks, 4) * 2  # slot pairs: whole rounds of four
         if T.get_thread_binding() >= WARPGROUP:
-            # Two register tiles: the next tile's loads are in flight while this one waits for its bf16 tile (1-2%
-            # faster than one at s_q 2 on the H100, 253 registers and no spills).
-            KV_reg_0 = T.alloc_fragment([block_N, dim], kv_dtype)
-            K_pe_reg_0 = T.alloc_fragment([block_N, pe_dim], kv_dtype)
-            KV_reg_1 = T.alloc_fragment([block_N, dim], kv_dtype)
-            K_pe_reg_1 = T.alloc_fragment([block_N, pe_dim], kv_dtype)
-            fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 0, KV_reg_0, K_pe_reg_0)
-            for k in T.serial(pairs):
-                fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 2 * k + 1, KV_reg_1, K_pe_reg_1)
-                deliver(KV_reg_0, K_pe_reg_0, KV_0, K_pe_0, full, empty, 0, k % 2, 2 * k < n_blocks)
-                fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 2 * k + 2, KV_reg_0, K_pe_reg_0)
-                deliver(KV_reg_1, K_pe_reg_1, KV_1, K_pe_1, full, empty, 1, k % 2, 2 * k + 1 < n_blocks)
+            if staged:
+                KV_reg = T.alloc_fragment([block_N, dim], kv_dtype)
+                K_pe_reg = T.alloc_fragment([block_N, pe_dim], kv_dtype)
+                issue(KV, K_pe, Block_table, bx, first_token, n_blocks, 0, KV_stage, K_pe_stage, loaded)
+                for k in T.serial(pairs):  # the stage completes a phase per slot: parity = the slot's
+                    unstage(KV, K_pe, Block_table, bx, first_token, n_blocks, 2 * k, KV_stage, K_pe_stage, loaded, 0,
+                            True, KV_reg, K_pe_reg)
+                    deliver(KV_reg, K_pe_reg, KV_0, K_pe_0, full, empty, 0, k % 2, 2 * k < n_blocks)
+                    unstage(KV, K_pe, Block_table, bx, first_token, n_blocks, 2 * k + 1, KV_stage, K_pe_stage, loaded,
+                            1, k + 1 < pairs, KV_reg, K_pe_reg)
+                    deliver(KV_reg, K_pe_reg, KV_1, K_pe_1, full, empty, 1, k % 2, 2 * k + 1 < n_blocks)
+            else:
+                # Two register tiles: the next tile's loads are in flight while this one waits for its bf16 tile
+                # (1-2% faster than one at s_q 2 on the H100, 253 registers and no spills).
+                KV_reg_0 = T.alloc_fragment([block_N, dim], kv_dtype)
+                K_pe_reg_0 = T.alloc_fragment([block_N, pe_dim], kv_dtype)
+                KV_reg_1 = T.alloc_fragment([block_N, dim], kv_dtype)
+                K_pe_reg_1 = T.alloc_fragment([block_N, pe_dim], kv_dtype)
+                fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 0, KV_reg_0, K_pe_reg_0)
+                for k in T.serial(pairs):
+                    fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 2 * k + 1, KV_reg_1, K_pe_reg_1)
+                    deliver(KV_reg_0, K_pe_reg_0, KV_0, K_pe_0, full, empty, 0, k % 2, 2 * k < n_blocks)
+                    fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 2 * k + 2, KV_reg_0, K_pe_reg_0)
+                    deliver(KV_reg_1, K_pe_reg_1, KV_1, K_pe_1, full, empty, 1, k % 2, 2 * k + 1 < n_blocks)
         else:
             acc_s = T.alloc_fragment([block_H, block_N], accum)
             scores_max_prev = T.alloc_fragment([block_H], accum)

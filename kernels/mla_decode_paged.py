@@ -114,6 +114,13 @@ class PagedPlan:
     block_H: int
     threads: int
     parts: int = 0  # the balanced schedule's partitions (one thread block each per head block); 0: fixed splits
+    converters: int = 0  # the dense plan's converter warpgroup for an fp8 cache (mla_decode.converter_threads), where
+    # a page holds whole tiles: it reads them by TMA (mla_decode.converting_attend_macro)
+
+    @property
+    def block_threads(self) -> int:
+        """The thread block: the consumers and the converters (mla_decode.Plan.block_threads)."""
+        return self.threads + self.converters
 
     @property
     def gather(self) -> bool:
@@ -140,10 +147,12 @@ def plan(shape: PagedShape, config: TileConfig, arch: str, sm_count: int | None 
             raise ValueError(f"config {config.name}: the seesaw over pages takes pages of {tile} tokens (one per "
                              f"warpgroup tile) and the balanced schedule (num_split 0), got pages of "
                              f"{shape.page_size} and num_split {config.num_split}")
+    converters = p.converters if shape.page_size % p.config.block_N == 0 else 0  # a gathered tile is no TMA box
     if config.num_split == 0:  # "fill the device": the balanced schedule, one partition per SM and head block
         sms = sm_count or dense.SM_COUNT.get(arch.split(":")[0], 132)
-        return PagedPlan(shape, p.config, 0, p.block_H, p.threads, parts=max(1, sms // (shape.rows // p.block_H)))
-    return PagedPlan(shape, p.config, p.num_split, p.block_H, p.threads)
+        return PagedPlan(shape, p.config, 0, p.block_H, p.threads, parts=max(1, sms // (shape.rows // p.block_H)),
+                         converters=converters)
+    return PagedPlan(shape, p.config, p.num_split, p.block_H, p.threads, converters=converters)
 
 
 def split_tokens(seqlen, num_split: int, block_N: int):
@@ -256,8 +265,18 @@ def program(p: PagedPlan):
             T.copy(KV[page, offset:offset + block_N, :], KV_shared)
             T.copy(K_pe[page, offset:offset + block_N, :], K_pe_shared)
 
+    @T.macro
+    def tma_tile(KV, K_pe, Block_table, bx, start, KV_stage, K_pe_stage, loaded):
+        """Tokens start .. start + block_N of sequence bx by TMA into fp8 stages, counted on ``loaded[0]``."""
+        page = Block_table[bx, start // page_size]
+        offset = start % page_size
+        T.tma_copy(KV[page, offset:offset + block_N, :], KV_stage, barrier=loaded[0])
+        T.tma_copy(K_pe[page, offset:offset + block_N, :], K_pe_stage, barrier=loaded[0])
+
     # Lengths are runtime data: every tile may hold a tail, and a split past a sequence's end none.
-    attend = dense.attend_macro(s, c, block_H, p.num_stages, load_tile, masked=True, empty_splits=True)
+    attend = dense.attend_macro(s, c, block_H, p.num_stages, load_tile, masked=True, empty_splits=True,
+                                converters=p.converters, tma_tile=tma_tile)
+    consumers = p.threads  # the epilogues' threads: every thread but an fp8 cache's converters
     combine = dense.combine_macro(dim)
     write_unsplit = dense.write_unsplit_macro(s, block_H, in_shared)
 
@@ -283,7 +302,7 @@ def program(p: PagedPlan):
                 Lse: T.Tensor([batch, rows], accum),
         ):
             # One thread block per (partition, head block) runs its partition's pieces one after another.
-            with T.Kernel(parts, head_blocks, threads=p.threads) as (bx, by):
+            with T.Kernel(parts, head_blocks, threads=p.block_threads) as (bx, by):
                 acc_o = T.alloc_fragment([block_H, dim], accum)
                 logsum = T.alloc_fragment([block_H], accum)
                 scores_max = T.alloc_fragment([block_H], accum)
@@ -293,10 +312,11 @@ def program(p: PagedPlan):
                     first_token = Pieces[piece, 1]
                     attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, seq, by, Cache_seqlens[seq], first_token,
                            T.ceildiv(Pieces[piece, 2] - first_token, block_N), acc_o, logsum, scores_max)
-                    for i in T.Parallel(block_H):
-                        logsum[i] = T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale)
-                    T.copy(logsum, glse[piece, by * block_H:(by + 1) * block_H])
-                    T.copy(acc_o, O_partial[piece, by * block_H:(by + 1) * block_H, :])
+                    if T.get_thread_binding() < consumers:
+                        for i in T.Parallel(block_H):
+                            logsum[i] = T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale)
+                        T.copy(logsum, glse[piece, by * block_H:(by + 1) * block_H])
+                        T.copy(acc_o, O_partial[piece, by * block_H:(by + 1) * block_H, :])
 
             with T.Kernel(rows, batch, threads=128) as (hid, bid):
                 dense.combine_macro(dim, balanced_piece(Seq_pieces))(
@@ -317,7 +337,7 @@ def program(p: PagedPlan):
             Output: T.Tensor([batch, rows, dim], dtype),
             Lse: T.Tensor([batch, rows], accum),
     ):
-        with T.Kernel(batch, head_blocks, num_split, threads=p.threads) as (bx, by, bz):
+        with T.Kernel(batch, head_blocks, num_split, threads=p.block_threads) as (bx, by, bz):
             acc_o = T.alloc_fragment([block_H, dim], accum)
             logsum = T.alloc_fragment([block_H], accum)
             scores_max = T.alloc_fragment([block_H], accum)
@@ -329,12 +349,13 @@ def program(p: PagedPlan):
             n_blocks = T.ceildiv(T.max(T.min(split_len, seqlen - first_token), 0), block_N)
             attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum,
                    scores_max)
-            for i in T.Parallel(block_H):
-                logsum[i] = T.if_then_else(logsum[i] > 0,
-                                           T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale),
-                                           -T.infinity(accum))
-            T.copy(logsum, glse[bx, by * block_H:(by + 1) * block_H, bz])
-            T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
+            if T.get_thread_binding() < consumers:
+                for i in T.Parallel(block_H):
+                    logsum[i] = T.if_then_else(logsum[i] > 0,
+                                               T.log2(logsum[i]) + scores_max[i] * dense.score_scale(s, Kv_scale),
+                                               -T.infinity(accum))
+                T.copy(logsum, glse[bx, by * block_H:(by + 1) * block_H, bz])
+                T.copy(acc_o, O_partial[bx, by * block_H:(by + 1) * block_H, bz, :])
 
         with T.Kernel(rows, batch, threads=128) as (hid, bid):
             seqlen = Cache_seqlens[bid]
@@ -353,7 +374,7 @@ def program(p: PagedPlan):
             Output: T.Tensor([batch, rows, dim], dtype),
             Lse: T.Tensor([batch, rows], accum),
     ):
-        with T.Kernel(batch, head_blocks, threads=p.threads) as (bx, by):
+        with T.Kernel(batch, head_blocks, threads=p.block_threads) as (bx, by):
             acc_o = T.alloc_fragment([block_H, dim], accum)
             logsum = T.alloc_fragment([block_H], accum)
             scores_max = T.alloc_fragment([block_H], accum)
@@ -361,7 +382,8 @@ def program(p: PagedPlan):
             seqlen = Cache_seqlens[bx]
             attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, 0, T.ceildiv(seqlen, block_N),
                    acc_o, logsum, scores_max)
-            write_unsplit(acc_o, logsum, scores_max, Kv_scale, Lse, Output, bx, by)
+            if T.get_thread_binding() < consumers:
+                write_unsplit(acc_o, logsum, scores_max, Kv_scale, Lse, Output, bx, by)
 
     return main_split if num_split > 1 else main_no_split
 

@@ -97,19 +97,32 @@ def test_an_fp8_cache_under_one_consumer_warpgroup_gets_a_converting_warpgroup()
     assert threads(dataclasses.replace(fp8, kv_dtype=FNUZ), m.HOPPER, "gfx942")[1] == 0  # no mbarriers there
     assert threads(fp8, m.CDNA3)[1] == 0  # operands in registers: the in-loop conversion, on sm_90 too
     paged = p.PagedShape(batch=4, heads=16, max_pages=64, page_size=64, dtype="bfloat16", kv_dtype=FN)
-    assert p.plan(paged, m.HOPPER.with_(num_split=0), "sm_90a").threads == 128  # converts in the loop
+    for num_split in (0, 1, 4):  # balanced, unsplit, split: converters fed by TMA from whole-tile pages
+        plan = p.plan(paged, m.HOPPER.with_(num_split=num_split), "sm_90a")
+        assert (plan.threads, plan.converters, plan.block_threads) == (128, 128, 256)
+    gathered = p.plan(dataclasses.replace(paged, page_size=1, max_pages=4096), m.HOPPER.with_(num_split=0), "sm_90a")
+    assert (gathered.converters, gathered.block_threads) == (0, 128)  # a row per page is no TMA box: in the loop
+    assert p.plan(dataclasses.replace(paged, heads=128), m.HOPPER.with_(num_split=0), "sm_90a").converters == 0
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("batch,seqlen,s_q,result", [(64, 4000, 2, "glse"), (128, 4161, 1, "Lse")])
-def test_the_converters_convert_and_the_consumers_multiply_and_write(batch, seqlen, s_q, result):
-    """The two roles of a 16-head fp8 kernel (split and unsplit), lowered for sm_90a: the converters read, convert
-    and hand each bf16 tile over (waiting for its release on the parity before the use's: a fresh barrier lets the
-    first pass), the consumers wait for it on the use's parity, multiply, release it and alone write the result; each
-    role syncs on a named barrier of its own and none on the whole block after the split (that would deadlock
-    them). A cache that ends inside a tile reads its missing rows as zeros, not past the tensor."""
-    shape = m.Shape(batch=batch, seqlen=seqlen, heads=16, dtype="bfloat16", s_q=s_q, kv_dtype=FN)
-    source = kernel_body(m.lower(shape, m.HOPPER, "sm_90a"))
+@pytest.mark.parametrize("kernel,batch,seqlen,s_q,result", [
+    ("dense", 64, 4000, 2, "glse"), ("dense", 128, 4161, 1, "Lse"),
+    ("paged", 4, 4096, 2, "glse"), ("paged-unsplit", 4, 4096, 1, "Lse")])
+def test_the_converters_convert_and_the_consumers_multiply_and_write(kernel, batch, seqlen, s_q, result):
+    """The two roles of a 16-head fp8 kernel (split and unsplit; dense and over pages), lowered for sm_90a: the
+    converters read, convert and hand each bf16 tile over (waiting for its release on the parity before the use's: a
+    fresh barrier lets the first pass), the consumers wait for it on the use's parity, multiply, release it and alone
+    write the result; each role syncs on a named barrier of its own and none on the whole block after the split
+    (that would deadlock them). A dense cache that ends inside a tile reads its missing rows as zeros, not past the
+    tensor; pages reach the converters by TMA through one stage, waited on at both parities."""
+    if kernel == "dense":
+        shape = m.Shape(batch=batch, seqlen=seqlen, heads=16, dtype="bfloat16", s_q=s_q, kv_dtype=FN)
+        source = kernel_body(m.lower(shape, m.HOPPER, "sm_90a"))
+    else:
+        shape = p.PagedShape(batch=batch, heads=16, max_pages=seqlen // 64, page_size=64, dtype="bfloat16", s_q=s_q,
+                             kv_dtype=FN)
+        source = kernel_body(p.lower(shape, m.HOPPER.with_(num_split=0 if kernel == "paged" else 1), "sm_90a"))
     split = source.index("if (128 <= ((int)threadIdx.x)) {")
     converters = block(source, split)
     rest = source[source.index(converters, split) + len(converters):]
@@ -127,7 +140,12 @@ def test_the_converters_convert_and_the_consumers_multiply_and_write(batch, seql
     assert "__syncthreads()" not in converters + consumers + writes
     assert re.search(rf"\b{result}\[", writes)
     assert not re.search(r"\b(glse|O_partial|Output|Lse)\[", converters + consumers)
-    assert "tl::broadcast<" in converters  # the zero rows past the cache's end
+    if kernel == "dense":
+        assert "tl::broadcast<" in converters  # the zero rows past the cache's end
+    else:
+        assert "loaded[0].wait(0)" in converters and "loaded[0].wait(1)" in converters
+        assert "tl::tma_load(KV_desc, loaded[0]" in converters and "tma_load" not in consumers
+        assert "loaded[0].arrive()" in converters  # an empty slot's copy: an arrival without bytes
 
 
 @pytest.mark.parametrize("arch,dtype,fmt", [

@@ -31,9 +31,10 @@ DENSE = [(config, *point) for config in ("hopper", "cdna3") for point in (
     (16, 64, 4096, 1), (16, 3, 1000, 2), (16, 128, 4161, 1), (32, 8, 1024, 2), (64, 4, 16384, 1),
     (128, 16, 2048, 2), (128, 2, 8192, 1))]
 # (config, heads, page_size, s_q, lengths): the balanced schedule, whole-tile pages and gathered rows, a 1-token
-# sequence beside a long one.
+# sequence beside a long one. At 16 heads over whole-tile pages hopper's converters read the pages by TMA, one piece
+# after another (a partition's pieces share the barriers' phases).
 PAGED = [("hopper", 16, 64, 1, [1, 16384, 4097]), ("hopper", 64, 1, 2, [2, 5000]), ("cdna3", 128, 64, 1, [1, 8192, 63]),
-         ("hopper", 16, 1, 2, [3, 7000, 130])]
+         ("hopper", 16, 1, 2, [3, 7000, 130]), ("hopper", 16, 64, 2, [65, 9000, 640, 2])]
 
 
 def arch():
@@ -141,24 +142,33 @@ def test_paged_fp8_cache_matches_the_dequantized_reference(row):
           f"{max_error(out16, ref16):.2e}")
 
 
-def test_the_converting_warpgroup_repeats_bit_for_bit():
-    """20 launches of the 16-head kernel whose converters hand every tile over through a pair of barriers: a race
-    between them and the consumers would change a bit somewhere."""
-    point = DENSE[2]  # (16, 128, 4161, 1): a tail, and a last round of four half empty
-    if not runs_here(point[0]):
+@pytest.mark.parametrize("kernel", ["dense", "paged"])
+def test_the_converting_warpgroup_repeats_bit_for_bit(kernel):
+    """20 launches of a 16-head kernel whose converters hand every tile over through a pair of barriers (and over
+    pages, receive it through a TMA stage): a race between them and the consumers would change a bit somewhere."""
+    if not arch().startswith("sm_9"):
         pytest.skip(f"the hopper config needs sm_90 (wgmma, TMA); this GPU is {arch()}")
-    shape = dense_shape(point, fp8())
-    q, q_pe, kv, k_pe, kv_scale = m.random_inputs(shape, device="cuda", seed=6)
-    kernel = m.compiled(shape, m.CONFIGS[point[0]])
-    assert kernel.plan.converters
+    if kernel == "dense":
+        shape = dense_shape(DENSE[2], fp8())  # (16, 128, 4161, 1): a tail, and a last round of four half empty
+        q, q_pe, kv, k_pe, kv_scale = m.random_inputs(shape, device="cuda", seed=6)
+        launch, cache = m.compiled(shape, m.HOPPER), (kv, k_pe)
+        reference = m.reference(q, q_pe, kv, k_pe, kv_scale=kv_scale)
+    else:
+        row = PAGED[-1]  # s_q 2, pieces of several sequences per partition
+        shape, config = paged_kernel(row, fp8())
+        q, q_pe, *cache, kv_scale = p.random_paged_inputs(
+            len(row[4]), row[1], row[4], row[2], "bfloat16", "cuda", seed=6, s_q=row[3], kv_dtype=fp8())
+        launch = p.compiled(shape, config, lengths=row[4])
+        reference = p.reference_paged(q, q_pe, *cache, kv_scale=kv_scale)
+    assert launch.plan.converters
     scale = m.scale_tensor(kv_scale, "cuda")
     outs = []
     for _ in range(20):
         out, lse = torch.full_like(q, float("nan")), torch.full(q.shape[:-1], float("nan"), device="cuda")
-        kernel(q, q_pe, kv, k_pe, out, lse, scale)
+        launch(q, q_pe, *cache, out, lse, kv_scale=scale)
         outs.append((out, lse))
     torch.cuda.synchronize()
-    check(*outs[0], *m.reference(q, q_pe, kv, k_pe, kv_scale=kv_scale))
+    check(*outs[0], *reference)
     differ = [i for i, (out, lse) in enumerate(outs)
               if not (torch.equal(out, outs[0][0]) and torch.equal(lse, outs[0][1]))]
     assert not differ, f"launches {differ} differ from the first"
