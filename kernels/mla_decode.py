@@ -607,7 +607,8 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
             if staged:
                 KV_reg = T.alloc_fragment([block_N, dim], kv_dtype)
                 K_pe_reg = T.alloc_fragment([block_N, pe_dim], kv_dtype)
-                issue(KV, K_pe, Block_table, bx, first_token, n_blocks, 0, KV_stage, K_pe_stage, loaded)
+                if 0 < n_blocks:  # no tile, no slot: a bare arrival here would leave the stage a phase ahead
+                    issue(KV, K_pe, Block_table, bx, first_token, n_blocks, 0, KV_stage, K_pe_stage, loaded)
                 for k in T.serial(pairs):  # the stage completes a phase per slot: parity = the slot's
                     unstage(KV, K_pe, Block_table, bx, first_token, n_blocks, 2 * k, KV_stage, K_pe_stage, loaded, 0,
                             True, KV_reg, K_pe_reg)
