@@ -547,7 +547,9 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
 
     @T.macro
     def issue(KV, K_pe, Block_table, bx, first_token, n_blocks, t, KV_stage, K_pe_stage, loaded):
-        """Tile t's TMA copy into the stage; past n_blocks, an arrival that completes the stage's phase alone."""
+        """Tile t's TMA copy into the stage; past n_blocks, an arrival that completes the stage's phase alone. The
+        arrival stays in each branch: after the copy TileLang folds it into the copy's arrive_and_expect_tx (hoisted,
+        it emits a separate expect and arrive: other code than was measured)."""
         if t < n_blocks:
             tma_tile(KV, K_pe, Block_table, bx, first_token + t * block_N, KV_stage, K_pe_stage, loaded)
             if T.shuffle_elect(WARPGROUP):

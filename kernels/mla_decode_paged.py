@@ -29,7 +29,7 @@ and masked out of the softmax, so they must hold finite values (stale is fine).
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tilelang.language as T
 
@@ -147,12 +147,12 @@ def plan(shape: PagedShape, config: TileConfig, arch: str, sm_count: int | None 
             raise ValueError(f"config {config.name}: the seesaw over pages takes pages of {tile} tokens (one per "
                              f"warpgroup tile) and the balanced schedule (num_split 0), got pages of "
                              f"{shape.page_size} and num_split {config.num_split}")
-    converters = p.converters if shape.page_size % p.config.block_N == 0 else 0  # a gathered tile is no TMA box
+    num_split, parts = p.num_split, 0
     if config.num_split == 0:  # "fill the device": the balanced schedule, one partition per SM and head block
         sms = sm_count or dense.SM_COUNT.get(arch.split(":")[0], 132)
-        return PagedPlan(shape, p.config, 0, p.block_H, p.threads, parts=max(1, sms // (shape.rows // p.block_H)),
-                         converters=converters)
-    return PagedPlan(shape, p.config, p.num_split, p.block_H, p.threads, converters=converters)
+        num_split, parts = 0, max(1, sms // (shape.rows // p.block_H))
+    plain = PagedPlan(shape, p.config, num_split, p.block_H, p.threads, parts=parts)
+    return plain if plain.gather else replace(plain, converters=p.converters)  # a gathered tile is no TMA box
 
 
 def split_tokens(seqlen, num_split: int, block_N: int):

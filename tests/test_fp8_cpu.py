@@ -108,7 +108,7 @@ def test_an_fp8_cache_under_one_consumer_warpgroup_gets_a_converting_warpgroup()
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel,batch,seqlen,s_q,result", [
     ("dense", 64, 4000, 2, "glse"), ("dense", 128, 4161, 1, "Lse"),
-    ("paged", 4, 4096, 2, "glse"), ("paged-unsplit", 4, 4096, 1, "Lse")])
+    ("paged", 4, 4096, 2, "glse"), ("paged-split", 4, 4096, 1, "glse"), ("paged-unsplit", 4, 4096, 1, "Lse")])
 def test_the_converters_convert_and_the_consumers_multiply_and_write(kernel, batch, seqlen, s_q, result):
     """The two roles of a 16-head fp8 kernel (split and unsplit; dense and over pages), lowered for sm_90a: the
     converters read, convert and hand each bf16 tile over (waiting for its release on the parity before the use's: a
@@ -122,7 +122,8 @@ def test_the_converters_convert_and_the_consumers_multiply_and_write(kernel, bat
     else:
         shape = p.PagedShape(batch=batch, heads=16, max_pages=seqlen // 64, page_size=64, dtype="bfloat16", s_q=s_q,
                              kv_dtype=FN)
-        source = kernel_body(p.lower(shape, m.HOPPER.with_(num_split=0 if kernel == "paged" else 1), "sm_90a"))
+        num_split = {"paged": 0, "paged-split": 4, "paged-unsplit": 1}[kernel]  # balanced, fixed splits, none
+        source = kernel_body(p.lower(shape, m.HOPPER.with_(num_split=num_split), "sm_90a"))
     split = source.index("if (128 <= ((int)threadIdx.x)) {")
     converters = block(source, split)
     rest = source[source.index(converters, split) + len(converters):]
