@@ -604,20 +604,26 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
             loaded = T.alloc_barrier(arrive_count=[1])
         full = T.alloc_barrier(arrive_count=[WARPGROUP, WARPGROUP])
         empty = T.alloc_barrier(arrive_count=[WARPGROUP, WARPGROUP])
-        pairs = T.ceildiv(n_blocks, 4) * 2  # slot pairs: whole rounds of four
+        # Slots per loop iteration, over whole rounds of four: the staged converters a round, every barrier's parity
+        # a constant (two slots per iteration spilled at s_q 2 and read 13-17% slower there than this code's lab
+        # twin: docs/measurements.md, 2026-12-06, sixth session); the register tiles a pair.
+        per = 4 if staged else 2
+        steps = T.ceildiv(n_blocks, 4) * (4 // per)
+        KV_tiles, K_pe_tiles = (KV_0, KV_1), (K_pe_0, K_pe_1)
         if T.get_thread_binding() >= WARPGROUP:
             if staged:
                 KV_reg = T.alloc_fragment([block_N, dim], kv_dtype)
                 K_pe_reg = T.alloc_fragment([block_N, pe_dim], kv_dtype)
                 if 0 < n_blocks:  # no tile, no slot: a bare arrival here would leave the stage a phase ahead
                     issue(KV, K_pe, Block_table, bx, first_token, n_blocks, 0, KV_stage, K_pe_stage, loaded)
-                for k in T.serial(pairs):  # the stage completes a phase per slot: parity = the slot's
-                    unstage(KV, K_pe, Block_table, bx, first_token, n_blocks, 2 * k, KV_stage, K_pe_stage, loaded, 0,
-                            True, KV_reg, K_pe_reg)
-                    deliver(KV_reg, K_pe_reg, KV_0, K_pe_0, full, empty, 0, k % 2, 2 * k < n_blocks)
-                    unstage(KV, K_pe, Block_table, bx, first_token, n_blocks, 2 * k + 1, KV_stage, K_pe_stage, loaded,
-                            1, k + 1 < pairs, KV_reg, K_pe_reg)
-                    deliver(KV_reg, K_pe_reg, KV_1, K_pe_1, full, empty, 1, k % 2, 2 * k + 1 < n_blocks)
+                for r in T.serial(steps):
+                    for s in (0, 1, 2, 3):  # a Python tuple: unrolled as the program is built
+                        t = 4 * r + s
+                        # the stage completes a phase per slot, a bf16 tile one per use: both parities constants
+                        unstage(KV, K_pe, Block_table, bx, first_token, n_blocks, t, KV_stage, K_pe_stage, loaded,
+                                s % 2, r + 1 < steps if s == 3 else True, KV_reg, K_pe_reg)
+                        deliver(KV_reg, K_pe_reg, KV_tiles[s % 2], K_pe_tiles[s % 2], full, empty, s % 2, s // 2,
+                                t < n_blocks)
             else:
                 # Two register tiles: the next tile's loads are in flight while this one waits for its bf16 tile
                 # (1-2% faster than one at s_q 2 on the H100, 253 registers and no spills).
@@ -626,7 +632,7 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
                 KV_reg_1 = T.alloc_fragment([block_N, dim], kv_dtype)
                 K_pe_reg_1 = T.alloc_fragment([block_N, pe_dim], kv_dtype)
                 fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 0, KV_reg_0, K_pe_reg_0)
-                for k in T.serial(pairs):
+                for k in T.serial(steps):
                     fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 2 * k + 1, KV_reg_1, K_pe_reg_1)
                     deliver(KV_reg_0, K_pe_reg_0, KV_0, K_pe_0, full, empty, 0, k % 2, 2 * k < n_blocks)
                     fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 2 * k + 2, KV_reg_0, K_pe_reg_0)
@@ -638,13 +644,12 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
             scores_sum = T.alloc_fragment([block_H], accum)
             scale = score_scale(shape, Kv_scale)
             start_rows(Q, Q_pe, bx, by, Q_buf, Q_pe_buf, acc_o, logsum, scores_max)
-            for k in T.serial(pairs):
-                take(Q_buf, Q_pe_buf, P_buf, KV_0, K_pe_0, full, empty, 0, k % 2, first_token + 2 * k * block_N,
-                     seqlen, by, 2 * k < n_blocks, scale, acc_s, acc_o, logsum, scores_max, scores_max_prev,
-                     scores_scale, scores_sum)
-                take(Q_buf, Q_pe_buf, P_buf, KV_1, K_pe_1, full, empty, 1, k % 2,
-                     first_token + (2 * k + 1) * block_N, seqlen, by, 2 * k + 1 < n_blocks, scale, acc_s, acc_o,
-                     logsum, scores_max, scores_max_prev, scores_scale, scores_sum)
+            for k in T.serial(steps):
+                for s in (0, 1, 2, 3)[:per]:
+                    t = per * k + s
+                    take(Q_buf, Q_pe_buf, P_buf, KV_tiles[s % 2], K_pe_tiles[s % 2], full, empty, s % 2,
+                         s // 2 if staged else k % 2, first_token + t * block_N, seqlen, by, t < n_blocks, scale,
+                         acc_s, acc_o, logsum, scores_max, scores_max_prev, scores_scale, scores_sum)
             normalise(acc_o, logsum, scores_scale, Kv_scale)
 
     return attend

@@ -131,9 +131,15 @@ def test_the_converters_convert_and_the_consumers_multiply_and_write(kernel, bat
     consumers = block(rest, 0)
     writes = block(rest, rest.index("if (((int)threadIdx.x) < 128) {"))
     for b in (0, 1):
-        assert re.search(rf"empty\[{b}\]\.wait\(\(1 - \((\w+) & 1\)\)\)", converters)
         assert f"full[{b}].arrive()" in converters and f"empty[{b}].arrive()" in consumers
-        assert re.search(rf"full\[{b}\]\.wait\(\((\w+) & 1\)\)", consumers)
+    if kernel == "dense":  # a pair of slots per iteration: the parity of the pair's use
+        for b in (0, 1):
+            assert re.search(rf"empty\[{b}\]\.wait\(\(1 - \((\w+) & 1\)\)\)", converters)
+            assert re.search(rf"full\[{b}\]\.wait\(\((\w+) & 1\)\)", consumers)
+    else:  # a round of four slots per iteration, the tiles used twice each: constant parities, in slot order
+        slots = [(b, use) for use in "01" for b in "01"]  # slots 0..3: (tile, the parity of its use)
+        assert re.findall(r"full\[(\d)\]\.wait\((\d)\)", consumers) == slots
+        assert re.findall(r"empty\[(\d)\]\.wait\((\d)\)", converters) == [(b, str(1 - int(u))) for b, u in slots]
     assert "__tl_cvt_" in converters and "__tl_cvt_" not in consumers
     assert re.search(MMA_CALLS["mma"], consumers) and not re.search(MMA_CALLS["mma"], converters)
     named = [set(re.findall(r"__sync_thread_partial\((\d+), 128\)", role)) for role in (converters, consumers)]
@@ -144,13 +150,14 @@ def test_the_converters_convert_and_the_consumers_multiply_and_write(kernel, bat
     if kernel == "dense":
         assert "tl::broadcast<" in converters  # the zero rows past the cache's end
     else:
-        assert "loaded[0].wait(0)" in converters and "loaded[0].wait(1)" in converters
         assert "tl::tma_load(KV_desc, loaded[0]" in converters and "tma_load" not in consumers
+        assert re.findall(r"loaded\[0\]\.wait\((\d)\)", converters) == ["0", "1", "0", "1"]
         # One arrival per copy on the stage's barrier of one expected arrival (TileLang folds the elected arrive into
-        # the last copy's arrive_and_expect_tx), and a bare one for each of the loop's two empty-slot copies only.
+        # the last copy's arrive_and_expect_tx): the first tile's and each slot's next; a bare one for a copy past
+        # the last tile, which the round's last slot never makes (its next is in the next round, or none).
         issues = converters.count("loaded[0].expect_transaction(")
-        assert issues == 3 and converters.count("loaded[0].arrive_and_expect_tx(") == issues
-        assert converters.count("loaded[0].arrive()") == 2
+        assert issues == 5 and converters.count("loaded[0].arrive_and_expect_tx(") == issues
+        assert converters.count("loaded[0].arrive()") == 3
 
 
 @pytest.mark.parametrize("arch,dtype,fmt", [
