@@ -14,19 +14,17 @@ import statistics
 
 from lab.record_summary import load
 
-KEY = ("impl", "batch", "seqlen", "dtype", "heads", "workload")
-
-
 def measured(store: str) -> list:
     return [r for r in load(store)[0] if r["status"] == "ok"]
 
 
-def key(row) -> tuple:
-    return tuple(row[k] for k in KEY)
+def key(row):
+    """The row's case: every axis a case keys on (q_len and kv_dtype included), its layout not."""
+    from mlagate.case import Case
+    return Case.from_dict(row)
 
 
 def compare(a: str, b: str) -> None:
-    from mlagate.case import Case
     from mlagate.measure.shards import point
 
     first, second = {key(r): r for r in measured(a)}, measured(b)
@@ -43,9 +41,9 @@ def compare(a: str, b: str) -> None:
         worst = max(changes, key=lambda c: abs(c[0]))
         print(f"{budget:8s} {impl:16s} n={len(values):3d}  median {100 * statistics.median(values):+.2f}%  "
               f"median |change| {100 * statistics.median(map(abs, values)):.2f}%  "
-              f"worst {100 * worst[0]:+.2f}% at b{worst[1][1]} s{worst[1][2]} h{worst[1][4]} {worst[1][5]}")
+              f"worst {100 * worst[0]:+.2f}% at {worst[1].label()}")
     order = sorted((r for r in both if r["samples"]["budget"] == "record"),
-                   key=lambda r: point(Case(*key(r), r["page_size"], tuple(r["lengths"]))))
+                   key=lambda r: point(key(r)))
     quarter = len(order) // 4
     for q in range(4 if quarter else 0):
         rows = order[q * quarter:(q + 1) * quarter]

@@ -204,15 +204,17 @@ def test_spread_vs_window_refuses_a_clock_log_for_rounds_without_wall_times():
 
 def record_store(root: Path, slowdown: dict, commit="a" * 40) -> Path:
     """A store holding one record's cases sidecar, written as a record writes it (asv_suite.write_cases):
-    four points of the gated kernel and the vendor (record budget), one baseline, one case skipped."""
+    four points of the gated kernel and the vendor (record budget; two of them apart only in q_len or kv_dtype), one
+    baseline, one case skipped."""
     results = []
-    for n, (batch, seqlen) in enumerate(((64, 1024), (64, 4096), (128, 1024), (128, 4096))):
+    for n, (batch, seqlen, q_len, kv) in enumerate(((64, 1024, 1, ""), (64, 1024, 2, ""), (128, 4096, 1, ""),
+                                                    (128, 4096, 1, "float8_e4m3fn"))):
         for impl, base_ms in (("tilelang-hopper", 0.1), ("flash_mla", 0.09)):
-            times = tuple(base_ms * (1 + batch * seqlen / 2 ** 20) * slowdown.get(impl, 1) * (1 + 0.001 * (i % 5))
-                          for i in range(40))
+            times = tuple(base_ms * (1 + batch * seqlen * q_len / 2 ** 20) * slowdown.get(impl, 1)
+                          * (1 + 0.001 * (i % 5)) for i in range(40))
             windows = tuple({"samples": 20, "sm_mhz": 1980 - 10 * n - w, "power_w": 500.0, "throttle": [],
                              "kept": True} for w in range(2))
-            results.append(CaseResult(Case(impl, batch, seqlen, "float16", 16), RunStatus.OK,
+            results.append(CaseResult(Case(impl, batch, seqlen, "float16", 16, q_len, kv), RunStatus.OK,
                                       samples=Samples(times, "cuda-event", 0, 10, "NVIDIA H200", dropped=n,
                                                       budget="record", windows=windows)))
     results.append(CaseResult(Case("triton", 64, 1024, "float16", 16), RunStatus.OK,
