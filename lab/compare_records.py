@@ -14,6 +14,7 @@ import statistics
 
 from lab.record_summary import load
 
+
 def measured(store: str) -> list:
     return [r for r in load(store)[0] if r["status"] == "ok"]
 
