@@ -308,9 +308,8 @@ def converter_threads(shape, config: TileConfig, block_H: int, arch: str) -> int
     Under a wgmma tile (16 heads) on sm_90 one consumer warpgroup runs the GEMMs on mma.sync; converting each tile
     itself as well held the fp8 kernel to its own speed, below the bf16 cache's on the H200, whose bf16 kernel
     follows the memory. With a converting warpgroup the dense kernel ran 1.33x the bf16 cache's speed at s_q 1 on
-    the H100, 1.02-1.06x at s_q 2; over pages (tiles by TMA, mla_decode_paged.plan) a lab twin of today's code ran
-    1.17-1.31x and 1.04-1.10x, the product itself (at two slots per iteration) 1.17-1.24x and 0.91-0.94x
-    (docs/measurements.md, 2026-12-06, fourth to sixth sessions). A head block of two consumer warpgroups leaves no
+    the H100, 1.02-1.06x at s_q 2; over pages (tiles by TMA, mla_decode_paged.plan) 1.18-1.31x and 1.04-1.10x
+    (docs/measurements.md, 2026-12-06, seventh session). A head block of two consumer warpgroups leaves no
     registers for a third; gfx942 has no mbarriers to hand tiles over with."""
     pipelined_in_shared = config.schedule == "pipelined" and config.operands_in_shared
     hopper = arch.split(":")[0].startswith("sm_9")
@@ -531,12 +530,13 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
     or, where ``tma_tile(KV, K_pe, Block_table, bx, start, KV_stage, K_pe_stage, loaded)`` is given (pages), by TMA
     into one fp8 shared stage (mbarrier ``loaded``), read out before the next tile's copy is issued into it: loads
     through the page table from the converters' own threads cost a bounds check per 16 bytes and spilled, 0.80x
-    the bf16 cache's speed; a lab twin of the stage read 1.04-1.31x (docs/measurements.md, 2026-12-06, fourth and
-    fifth sessions; this code since 9a3cdff not yet timed). The tiles go over in rounds of four slots, a round's
-    slots past n_blocks handed over empty (at most three per call; the stage's copy for one is an arrival without
-    bytes), so each call leaves every barrier in the phase it found it: correct however often a thread block calls
-    attend (the paged kernel's balanced schedule calls it per piece). The caller's epilogue runs on the consumers
-    only (threads below ``Plan.threads``)."""
+    the bf16 cache's speed; the stage reads 1.04-1.31x (docs/measurements.md, 2026-12-06, fourth and seventh
+    sessions). The tiles go over in rounds of four slots, a staged round per loop iteration with constant parities
+    (two slots per iteration, parities read at run time, spilled at s_q 2 and ran 0.91-0.94x there: sixth session).
+    A round's slots past n_blocks are handed over empty (at most three per call; the stage's copy for one is an
+    arrival without bytes), so each call leaves every barrier in the phase it found it: correct however often a
+    thread block calls attend (the paged kernel's balanced schedule calls it per piece). The caller's epilogue runs
+    on the consumers only (threads below ``Plan.threads``)."""
     dtype, accum, kv_dtype = shape.dtype, "float32", shape.kv_dtype
     dim, pe_dim, block_N = shape.dim, shape.pe_dim, config.block_N
     staged = tma_tile is not None
