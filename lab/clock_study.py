@@ -5,7 +5,8 @@ Raw, clock-normalized and within-clock-bin changes between recorded commits.
 For every commit of a results store against ``--base`` (default: the one recorded first), per TileLang case both
 recorded, the change three ways (mlagate/decide/clock_compare.py); then, over the cases no ``--touched`` pattern
 names (case labels as gate.md prints them, fnmatch), the rms change of each way in percentage points. An untouched
-case's change is the runner's noise: the way with the smallest rms reads it best. A ladder's stores are
+case's change is the runner's noise: the way with the smallest rms reads it best. Then each record's shift (the
+mean raw change of its untouched cases) and the raw rms without it: what a record as a whole adds. A ladder's stores are
 OUT/rep*/results; its base is `ladder.json`'s `base`.
 
     python -m lab.clock_study demo/results --touched 'tilelang-seesaw h=* float16'
@@ -13,6 +14,7 @@ OUT/rep*/results; its base is `ladder.json`'s `base`.
 
 import argparse
 import fnmatch
+import statistics
 
 
 def study(store_path: str, base: str | None, touched: list) -> dict:
@@ -60,6 +62,17 @@ def main(argv=None):
         if any(g[v] is not None for g in untouched) else f"{v} –" for v in VARIANTS))
     clocked = [g for g in untouched if g["normalized"] is not None and abs(g["normalized"] - g["raw"]) > 1e-9]
     print(f"of them, {len(clocked)} read differently normalized (their windows read more than one clock)")
+    # what the record as a whole adds: the mean raw change of each commit's untouched cases, and the rest
+    by_record = {}
+    for (machine, commit, _), (got, touched) in rows.items():
+        if not touched and got["raw"] is not None:
+            by_record.setdefault((machine, commit), []).append(got["raw"])
+    shifts = {record: statistics.mean(changes) for record, changes in by_record.items()}
+    if shifts:
+        print("each record's shift (its untouched cases' mean raw change): " + ", ".join(
+            f"{commit} {100 * shift:+.3f} pp" for (_, commit), shift in sorted(shifts.items())))
+        rest = rms_pp(change - shifts[record] for record, changes in by_record.items() for change in changes)
+        print(f"raw rms with each record's shift taken out: {rest:.3f} pp")
 
 
 if __name__ == "__main__":

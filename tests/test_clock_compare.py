@@ -57,6 +57,9 @@ def test_the_clock_study_reads_the_demo_pair():
                           "tilelang-seesaw h=* float16"], capture_output=True, text=True, check=True).stdout
     assert "untouched cases: 16; rms change (pp): raw 0.609 over 16, normalized 0.613 over 16, binned 0.609 over 16" \
         in out
+    # one record against the base: its shift is the mean change, and the rest the changes' spread around it
+    assert "each record's shift (its untouched cases' mean raw change): 91da13fe9c +0.096 pp\n" \
+        "raw rms with each record's shift taken out: 0.601 pp" in out
 
 
 # -- windowed: the samples of each kept window, with its clock ------------------------------------------------------
