@@ -99,7 +99,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
         head_platform(store, machine, head_commit, platform, cfg)
     loaded = {name: load_commit(store, machine, name, commit, record_missing, grid, echo, cfg.timing.record_s)
               for name, commit in sides}
-    platform, arch = head_platform(store, machine, head_commit, platform, cfg)
+    platform, arch, gpu = head_platform(store, machine, head_commit, platform, cfg)
     history = [r for r in main_history(store, machine, base_commit, cfg.gate.drift_lookback)
                if r.commit != head_commit]
     envs = tuple(store.read_sidecar(machine, c, "env") for c in (base_commit, head_commit))
@@ -129,7 +129,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
                              *(store.read_sidecar(machine, c, "env") for c in (base_commit, head_commit)), builds)
     decided.warnings += [Note(Kind.UNREADABLE_RESULTS, f"skipped unreadable results: {p}")
                          for p in store.problems]  # of other commits (drift), or base's env record (the page)
-    return write_outputs(decided, sides, out_dir, cfg, arch=arch)
+    return write_outputs(decided, sides, out_dir, cfg, arch=arch, gpu=gpu)
 
 
 def refuse_corrupt(store: Store, name: str, commit: str):
@@ -161,7 +161,7 @@ def load_commit(store: Store, machine: str, name: str, commit: str, record_missi
 
 
 def head_platform(store: Store, machine: str, head: str, given: str | None, cfg: Config) -> tuple:
-    """(platform, arch) from head's env sidecar, which every record writes: without it the
+    """(platform, arch, GPU name) from head's env sidecar, which every record writes: without it the
     gate cannot know what head was measured on. ``given`` (--platform) must agree with it."""
     path = store.sidecar_path(machine, head, "env")
     env = store.read_sidecar(machine, head, "env", strict=True)
@@ -175,7 +175,9 @@ def head_platform(store: Store, machine: str, head: str, given: str | None, cfg:
         raise GateError(f"{path}: head was measured on {platform}, not on --platform {given}")
     if not isinstance(start, dict) or not isinstance(start.get("arch"), (str, type(None))):
         raise GateError(f"{path}: start.arch must be an architecture name, got {start!r:.60}")
-    return platform, start.get("arch")
+    if not isinstance(start.get("gpu"), (str, type(None))):
+        raise GateError(f"{path}: start.gpu must be a GPU's name, got {start.get('gpu')!r:.60}")
+    return platform, start.get("arch"), start.get("gpu")
 
 
 def runner_notes(store: Store, machine: str, sides) -> list:
@@ -260,7 +262,7 @@ def workload_cases(verdict, cfg: Config) -> list:
     return cases
 
 
-def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) -> GateOutput:
+def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None, gpu: str | None) -> GateOutput:
     from mlagate.report.plots import tflops_png
     from mlagate.report.site import commit_rows
 
@@ -270,7 +272,7 @@ def write_outputs(verdict, sides, out_dir: Path, cfg: Config, arch: str | None) 
     # verdict.json of another, or half of either.
     with output_set(out_dir) as fresh:
         if rows:
-            tflops_png(fresh / "tflops.png", cfg, rows, arch)
+            tflops_png(fresh / "tflops.png", cfg, rows, cfg.peaks(arch, gpu))
         page = comparison.write_page(fresh, verdict, sides, cfg, schedules=review.schedules)
         markdown = report.gate_markdown(verdict, plot="tflops.png" if rows else None,
                                         vendor=cfg.platform(verdict.platform).vendor, page=page.name,

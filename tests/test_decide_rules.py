@@ -820,6 +820,17 @@ def test_peaks_read_the_arch_without_its_a_suffix():
     assert cfg.peaks(None) is None and cfg.peaks("sm_80") is None
 
 
+def test_a_gpus_own_roofline_entry_overrides_its_archs():
+    """An H100 SXM and an H200 are both sm_90 with 3.35 and 4.8 TB/s: a run's GPU name picks its own peaks, another
+    GPU of the arch (or one not recorded) reads the arch's, and a name that is no string is not looked up."""
+    cfg = config.parse(RAW)
+    h100 = "NVIDIA H100 80GB HBM3"
+    assert cfg.roofline_key("sm_90a", h100) == h100 and cfg.peaks("sm_90a", h100).tbps == 3.35
+    assert cfg.roofline_key("sm_90", "NVIDIA H200") == "sm_90" and cfg.peaks("sm_90", "NVIDIA H200").tbps == 4.8
+    assert cfg.peaks("sm_90", None) == cfg.peaks("sm_90", ["x"]) == cfg.roofline["sm_90"]
+    assert cfg.roofline_key("sm_80", "NVIDIA A100") is None and cfg.peaks("sm_80", "NVIDIA A100") is None
+
+
 # -- what the rules read: results files ----------------------------------------------------------
 
 COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",

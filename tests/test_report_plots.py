@@ -45,7 +45,7 @@ def test_no_legend_covers_a_title_and_one_point_series_are_tables(figures, tmp_p
     cfg = config.load()
     base, head = demo_rows()
     rows = site.commit_rows(head)
-    plots.tflops_png(tmp_path / "t.png", cfg, rows, "sm_90")
+    plots.tflops_png(tmp_path / "t.png", cfg, rows, cfg.peaks("sm_90"))
     plots.ratio_png(tmp_path / "r.png", cfg, rows, "cuda")
     plots.trend_png(tmp_path / "trend.png", cfg, [base, head], series_of([base, head]))
     tflops, ratio, trend = figures

@@ -54,7 +54,7 @@ def run(args, cfg) -> int:
     print(progress.time_spent(spent, time.monotonic() - start))
     env_start["vendors"] = kernels_run.by_row([r.to_dict() for r in results], env_start["vendors"])
     env = {"start": env_start, "end": environment.environment(), "config_digest": cfg.digest}
-    results = metrics.add_metrics(results, peaks=cfg.peaks(env_start.get("arch")),
+    results = metrics.add_metrics(results, peaks=cfg.peaks(env_start.get("arch"), env_start.get("gpu")),
                                vendor=cfg.platform(platform).vendor_impl)
     _console().print(text.bench_table(results, vendor=" | ".join(cfg.platform(platform).vendor_impls())))
     planned = schedule.diagnose_cases([r.case for r in results], env_start.get("arch"))

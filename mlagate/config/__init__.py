@@ -101,7 +101,7 @@ class Config:
     implementations: tuple
     platforms: dict  # "rocm"/"cuda" -> Platform
     timing: Timing
-    roofline: dict  # arch -> Peak
+    roofline: dict  # arch or GPU name -> Peak
     gate: Gate
     tune: dict  # family -> config_tune.TuneSpace: what `mlagate tune` measures
     workloads: dict  # name -> config_workloads.Workload
@@ -159,9 +159,16 @@ class Config:
         vendors = self.platform(platform).vendor_impls()
         return "record" if family in self.gate.gated or impl in vendors else "baseline"
 
-    def peaks(self, arch: str | None):
-        """The roofline peaks of an arch ("sm_90a" reads sm_90's), or None."""
-        return self.roofline.get(arch_key(arch or ""))
+    def roofline_key(self, arch: str | None, gpu: str | None = None) -> str | None:
+        """The roofline entry of a GPU: its own name's (GPUs of one arch differ in bandwidth: an H100 SXM
+        3.35 TB/s, an H200 4.8), else its arch's ("sm_90a" reads sm_90's); None where perf.yml has neither."""
+        if isinstance(gpu, str) and gpu in self.roofline:
+            return gpu
+        return arch_key(arch or "") if arch_key(arch or "") in self.roofline else None
+
+    def peaks(self, arch: str | None, gpu: str | None = None):
+        """The roofline peaks of a GPU (``roofline_key``), or None."""
+        return self.roofline.get(self.roofline_key(arch, gpu))
 
 
 def parse(data) -> Config:

@@ -17,12 +17,9 @@ def pyplot():
     return plt
 
 
-def roofline(cfg, arch: str | None, batch: int, seqlen: int, dtype: str, heads: int, q_len: int = 1,
-             kv_dtype: str | None = None) -> float | None:
-    """min(peak TFLOPs, arithmetic intensity x peak bandwidth) for the arch, None if not configured."""
-    peak = cfg.peaks(arch)
-    if peak is None:
-        return None
+def roofline(peak, batch: int, seqlen: int, dtype: str, heads: int, q_len: int = 1,
+             kv_dtype: str | None = None) -> float:
+    """min(peak TFLOPs, arithmetic intensity x peak bandwidth) of a GPU's peaks (``Config.peaks``)."""
     traffic = metrics.bytes_moved(batch, heads, seqlen, dtype, q_len, kv_dtype=kv_dtype)
     intensity = metrics.flops(batch, heads, seqlen, q_len) / traffic
     return min(peak.tflops, intensity * peak.tbps)
@@ -38,9 +35,10 @@ def _colors(cfg):
     return {impl: f"C{i}" for i, impl in enumerate(cfg.implementations)}
 
 
-def tflops_png(path, cfg, results, arch) -> None:
+def tflops_png(path, cfg, results, peak) -> None:
     """One panel per (batch, dtype) in a row per head count and query length: TFLOPs vs seqlen per
-    implementation, of the dense grid (a workload is one point, in the tables and the vendor ratio plot)."""
+    implementation, of the dense grid (a workload is one point, in the tables and the vendor ratio plot), against
+    the roofline of ``peak`` (``Config.peaks`` of the run's GPU; None: no roofline)."""
     plt = pyplot()
     results = [r for r in results if not r.case.paged]
     cases = [r.case for r in results]
@@ -48,7 +46,6 @@ def tflops_png(path, cfg, results, arch) -> None:
     columns = sorted({(c.batch, c.dtype, c.kv_dtype) for c in cases})
     fig, axes = plt.subplots(len(shapes), len(columns), figsize=(5.4 * len(columns) + 2.2, 3.8 * len(shapes)),
                              squeeze=False, layout="constrained")
-    peak = cfg.peaks(arch)
     for ax, ((h, q), (batch, dtype, kv)) in zip(axes.flat, itertools.product(shapes, columns)):
         panel = [r for r in results
                  if (r.case.heads, r.case.q_len, r.case.batch, r.case.dtype, r.case.kv_dtype)
@@ -60,7 +57,7 @@ def tflops_png(path, cfg, results, arch) -> None:
             rows = [[impl, f"{r.tflops:.1f}"] for impl in impl_order(cfg, [c.impl for c in cases])
                     for r in panel if r.case.impl == impl and r.tflops is not None]
             if peak:
-                rows.append(["roofline", f"{roofline(cfg, arch, batch, seqlen, dtype, h, q, kv):.1f}"])
+                rows.append(["roofline", f"{roofline(peak, batch, seqlen, dtype, h, q, kv):.1f}"])
             one_point_table(ax, rows, ["implementation", f"TFLOPs at seqlen {seqlen}"], title)
             continue
         for impl in impl_order(cfg, [c.impl for c in cases]):
@@ -69,7 +66,7 @@ def tflops_png(path, cfg, results, arch) -> None:
                 ax.plot(*zip(*pts), marker="o", color=_colors(cfg).get(impl), label=impl)
         seqlens = sorted({r.case.seqlen for r in panel}) or [1]
         if peak:
-            ax.plot(seqlens, [roofline(cfg, arch, batch, s, dtype, h, q, kv) for s in seqlens], "k--", marker="_",
+            ax.plot(seqlens, [roofline(peak, batch, s, dtype, h, q, kv) for s in seqlens], "k--", marker="_",
                     ms=14,
                     label=f"roofline: min({peak.tflops:g} TFLOPs, intensity × {peak.tbps:g} TB/s)")
         ax.set_xscale("log", base=2)

@@ -175,10 +175,12 @@ def _cell(row, link) -> str:
 def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, in_asv: set) -> str:
     """Plots and a table of one run: TFLOPs vs the roofline, the vendor ratio vs the gate's floor."""
     start = env.get("start") or {}
-    arch, platform = start.get("arch"), platform_of(cfg, start, rows)
-    tflops_png(out / "tflops.png", cfg, rows, arch)
-    roof = (f"dashed: the roofline of {escape(arch)} from perf.yml" if cfg.peaks(arch)
-            else f"no roofline: perf.yml has none for arch {escape(arch or 'not recorded')}")
+    arch, gpu, platform = start.get("arch"), start.get("gpu"), platform_of(cfg, start, rows)
+    key = cfg.roofline_key(arch, gpu)
+    tflops_png(out / "tflops.png", cfg, rows, cfg.peaks(arch, gpu))
+    roof = (f"dashed: the roofline of {escape(key)} from perf.yml" if key
+            else f"no roofline: perf.yml has none for {escape(gpu or 'a GPU not recorded')} or arch "
+                 f"{escape(arch or 'not recorded')}")
     html_ = [f"<h2>Newest run: {source}</h2>",
              f'<figure><img src="tflops.png" alt="TFLOPs vs seqlen per implementation and batch">'
              f"<figcaption>TFLOPs vs seqlen; {roof}.</figcaption></figure>"]

@@ -219,7 +219,7 @@ def _measure_lowered(cfg: Config, p: Plan, lowered: list, done: dict, deadline, 
     none started after the deadline; each result is saved as it arrives. All of a shape's candidates go to one
     GPU (two GPUs of a host read ~1% apart): its index in the grid modulo --gpus, the same on every resume."""
     by_key = {sp.case(impl).key: (sp, impl) for sp, impl in lowered}
-    peaks = cfg.peaks(p.arch)
+    peaks = cfg.peaks(p.arch, gpu_name(p.gpus))
 
     def save(result: CaseResult):
         sp, impl = by_key[result.case.key]
