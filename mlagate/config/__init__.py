@@ -164,7 +164,8 @@ class Config:
         3.35 TB/s, an H200 4.8), else its arch's ("sm_90a" reads sm_90's); None where perf.yml has neither."""
         if isinstance(gpu, str) and gpu in self.roofline:
             return gpu
-        return arch_key(arch or "") if arch_key(arch or "") in self.roofline else None
+        key = arch_key(arch or "")
+        return key if key in self.roofline else None
 
     def peaks(self, arch: str | None, gpu: str | None = None):
         """The roofline peaks of a GPU (``roofline_key``), or None."""
