@@ -20,6 +20,7 @@ import statistics
 def study(store_path: str, base: str | None, touched: list) -> dict:
     from mlagate.case import case_label
     from mlagate.decide import clock_compare
+    from mlagate.store.env import RunEnv
     from mlagate.store.results import Store
     from mlagate.store.results_file import BENCH_TIME
 
@@ -28,7 +29,7 @@ def study(store_path: str, base: str | None, touched: list) -> dict:
     for machine in store.machines():
         recorded = store.load_all(machine)
         first = next((c for c in recorded if base and c.startswith(base)), None) if base else \
-            min(recorded, key=lambda c: (store.read_sidecar(machine, c, "env") or {}).get("start", {}).get("time", ""))
+            min(recorded, key=lambda c: (store.read_env(machine, c) or RunEnv()).time or "")
         if first is None:
             raise SystemExit(f"{store_path}: no commit {base} recorded on {machine}")
         sidecars = {c: store.read_sidecar(machine, c, "cases") for c in recorded}

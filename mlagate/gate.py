@@ -14,6 +14,7 @@ from mlagate.decide.vocabulary import Kind, Note
 from mlagate.gitops import GitError, git, resolve
 from mlagate.report import comparison
 from mlagate.report import text as report
+from mlagate.store.env import RunEnv
 from mlagate.store.errors import GateError, StoreError
 from mlagate.store.results import Store, pick_machine
 
@@ -102,7 +103,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     platform, arch, gpu = head_platform(store, machine, head_commit, platform, cfg)
     history = [r for r in main_history(store, machine, base_commit, cfg.gate.drift_lookback)
                if r.commit != head_commit]
-    envs = tuple(store.read_sidecar(machine, c, "env") for c in (base_commit, head_commit))
+    envs = tuple(store.read_env(machine, c) for c in (base_commit, head_commit))
     marks = acceptance.change_marks(history, trusted)
     decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history, envs=envs,
                                marks=marks)
@@ -126,7 +127,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     acceptance.apply(decided, trusted, proposed, head_commits)
     decided.warnings += accept_notes
     sides = comparison.Sides(machine, loaded["base"], loaded["head"],
-                             *(store.read_sidecar(machine, c, "env") for c in (base_commit, head_commit)), builds)
+                             *envs, builds)
     decided.warnings += [Note(Kind.UNREADABLE_RESULTS, f"skipped unreadable results: {p}")
                          for p in store.problems]  # of other commits (drift), or base's env record (the page)
     return write_outputs(decided, sides, out_dir, cfg, arch=arch, gpu=gpu)
@@ -164,20 +165,15 @@ def head_platform(store: Store, machine: str, head: str, given: str | None, cfg:
     """(platform, arch, GPU name) from head's env sidecar, which every record writes: without it the
     gate cannot know what head was measured on. ``given`` (--platform) must agree with it."""
     path = store.sidecar_path(machine, head, "env")
-    env = store.read_sidecar(machine, head, "env", strict=True)
+    env = store.read_env(machine, head, strict=True)
     if env is None:
         raise GateError(f"{path}: missing; every `mlagate record` writes it, and without it the gate cannot "
                         "tell the platform and GPU head was measured on: restore it from the results branch")
-    platform, start = env.get("platform"), env.get("start", {})
-    if not isinstance(platform, str) or platform not in cfg.platforms:
-        raise GateError(f"{path}: platform {platform!r:.40} is not one of {', '.join(cfg.platforms)}")
-    if given and given != platform:
-        raise GateError(f"{path}: head was measured on {platform}, not on --platform {given}")
-    if not isinstance(start, dict) or not isinstance(start.get("arch"), (str, type(None))):
-        raise GateError(f"{path}: start.arch must be an architecture name, got {start!r:.60}")
-    if not isinstance(start.get("gpu"), (str, type(None))):
-        raise GateError(f"{path}: start.gpu must be a GPU's name, got {start.get('gpu')!r:.60}")
-    return platform, start.get("arch"), start.get("gpu")
+    if env.platform not in cfg.platforms:
+        raise GateError(f"{path}: platform {env.platform!r:.40} is not one of {', '.join(cfg.platforms)}")
+    if given and given != env.platform:
+        raise GateError(f"{path}: head was measured on {env.platform}, not on --platform {given}")
+    return env.platform, env.arch, env.gpu
 
 
 def runner_notes(store: Store, machine: str, sides) -> list:
@@ -185,19 +181,17 @@ def runner_notes(store: Store, machine: str, sides) -> list:
     whose consistency check flagged one."""
     notes = []
     for name, commit in sides:
-        env = store.read_sidecar(machine, commit, "env") or {}
+        env = store.read_env(machine, commit) or RunEnv()
         rows = (store.read_sidecar(machine, commit, "cases") or {}).get("results")
         rows = rows if isinstance(rows, list) else []
         windows = [w for row in rows if isinstance(row, dict) and isinstance(row.get("samples"), dict)
                    for w in row["samples"].get("windows") or () if isinstance(w, dict)]
-        start = env.get("start") if isinstance(env.get("start"), dict) else {}
-        text = report.clock_warning(start.get("clock_control"), windows)
+        text = report.clock_warning(env.clock_control, windows)
         if text:
             notes.append(Note(Kind.UNLOCKED_CLOCKS, f"{name} {commit[:8]}: {text}"))
-        shards = env.get("shards") if isinstance(env.get("shards"), list) else [env]  # a merged record: each runner's
-        for part in (s for s in shards if isinstance(s, dict)):
-            check = part.get("gpu_consistency") if isinstance(part.get("gpu_consistency"), dict) else {}
-            where = f" (shard {part['shard']})" if isinstance(part.get("shard"), str) else ""
+        for part in env.runners():
+            check = part.gpu_consistency or {}
+            where = f" (shard {part.shard})" if part.shard else ""
             for g in check.get("gpus") or ():
                 if isinstance(g, dict) and g.get("flagged") is True and isinstance(g.get("off"), (int, float)):
                     notes.append(Note(Kind.GPU_OUTLIER, f"{name} {commit[:8]}{where}: GPU {g.get('gpu')} read "

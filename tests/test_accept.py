@@ -11,6 +11,7 @@ from mlagate import config, gate, gitops
 from mlagate.cli import demo
 from mlagate.decide import acceptance, verdict
 from mlagate.decide.vocabulary import Outcome, Status
+from mlagate.store.env import RunEnv
 from mlagate.store.errors import GateError
 from mlagate.store.results import Store
 
@@ -186,7 +187,7 @@ def test_the_history_marks_an_accepted_change_where_it_starts(repo, tmp_path):
     recent = [type(fast)(**{**fast.__dict__, "commit": old}), type(slow)(**{**slow.__dict__, "commit": change}),
               type(slow)(**{**slow.__dict__, "commit": after})]
     cfg = config.load()
-    marks = history.gate_marks(cfg, recent, {c: {"platform": "cuda"} for c in (old, change, after)})
+    marks = history.gate_marks(cfg, recent, {c: RunEnv(platform="cuda") for c in (old, change, after)})
     html = history.trend_section(cfg, tmp_path, recent, demo.MACHINE, marks, sorted)
     header = html.split("<thead>")[1].split("</thead>")[0]
     assert f'<code>{change[:8]}</code> <span class="bad">✗ gate</span> <span class="acc">☑ accepted</span>' in header

@@ -23,6 +23,7 @@ from mlagate.decide import stats
 from mlagate.decide import verdict as decide
 from mlagate.decide.vocabulary import EXIT_CODE, Kind, Note, Outcome, Status
 from mlagate.measure import summary
+from mlagate.store.env import parse_env
 from mlagate.store.errors import StoreError
 from mlagate.store.results import CommitResults, Store
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME, Entry, case_keys
@@ -421,7 +422,8 @@ def test_the_ratio_rules_hold_only_the_platforms_tilelang_config():
 def test_an_fp8_cache_reads_its_own_vendors_kernels_in_the_env_sidecars():
     """The fp8 cache's vendor is flashinfer: its version moved, so the ratio drop is re-baselined, not failed."""
     fp8 = ("tilelang-hopper", 64, 4096, "bfloat16", 16, 1, "float8_e4m3fn", "dense")
-    envs = tuple({"start": {"vendors": {"flashinfer": {"version": v, "kernels": {}}}}} for v in ("0.7", "0.8"))
+    envs = tuple(parse_env({"start": {"vendors": {"flashinfer": {"version": v, "kernels": {}}}}})
+                 for v in ("0.7", "0.8"))
     cv = one(evaluate(case=fp8, head_ratio=0.72, envs=envs))
     assert cv.status == Status.PASS and cv.reasons == [] and not cv.ratio_dropped
     assert notes(cv.warnings) == [(Kind.VENDOR_CHANGED, "vendor kernel changed: flashinfer 0.7 ran its kernel in "

@@ -4,7 +4,7 @@
 The gate is driven through ``cli.main`` on copies of the recorded H200 store
 (``tests/fixtures/h200/results``), one copy per test.
 
-# Bad inputs tried: 585 = STORE_FAULTS 152 + YAML_FAULTS 433 + a missing perf.yml + a corrupt
+# Bad inputs tried: 589 = STORE_FAULTS 156 + YAML_FAULTS 433 + a missing perf.yml + a corrupt
 # head file under --record-missing (test_the_count_is_current keeps the two tables' sizes true).
 """
 
@@ -121,13 +121,14 @@ def build_sidecar(side):
     return lambda root: root / fx.MACHINE / f"{SIDES[side][:8]}-build-cuda-sm_90a.sidecar"
 
 
-def edit_env(change):
+def edit_env(change, key=None):
+    """change(data) edits head's env sidecar; stderr must name the file (and ``key``, the field at fault)."""
     def fault(root):
         path = env_path(root)
         data = json.loads(path.read_text())
         change(data)
         path.write_text(json.dumps(data))
-        return [str(path)]
+        return [str(path), *([key] if key else [])]
     return fault
 
 
@@ -263,10 +264,15 @@ STORE_FAULTS = {
     "env sidecar unknown platform": edit_env(lambda d: d.update(platform="mi300")),
     "env sidecar platform a list": edit_env(lambda d: d.update(platform=["cuda"])),
     "env sidecar rocm, --platform cuda": edit_env(lambda d: d.update(platform="rocm")),
-    "env sidecar start a list": edit_env(lambda d: d.update(start=[])),
-    "env sidecar arch a number": edit_env(lambda d: d["start"].update(arch=90)),
-    "env sidecar gpu a list": edit_env(lambda d: d["start"].update(gpu=["NVIDIA H100 80GB HBM3"])),
+    "env sidecar start a list": edit_env(lambda d: d.update(start=[]), "start must be"),
+    "env sidecar arch a number": edit_env(lambda d: d["start"].update(arch=90), "start.arch must be"),
+    "env sidecar gpu a list": edit_env(lambda d: d["start"].update(gpu=["NVIDIA H100 80GB HBM3"]), "start.gpu must be"),
     "env sidecar inf": edit_env(lambda d: d["start"].update(sm_count=math.inf)),
+    "env sidecar clock_control a string": edit_env(lambda d: d["start"].update(clock_control="locked"),
+                                                   "start.clock_control must be"),
+    "env sidecar vendors a list": edit_env(lambda d: d["start"].update(vendors=["flash_mla"]), "start.vendors must be"),
+    "env sidecar grid a number": edit_env(lambda d: d.update(grid=1), "grid must be"),
+    "env sidecar shards an object": edit_env(lambda d: d.update(shards={}), "shards must be"),
     "head build sidecar corrupt": replace(build_sidecar("head"), "{"),
     "base build sidecar corrupt": replace(build_sidecar("base"), "{"),
     "head build sidecar a list": replace(build_sidecar("head"), "[]"),
@@ -386,8 +392,8 @@ def test_a_missing_perf_yml_is_named(tmp_path, capsys):
 def test_the_count_is_current():
     # q_len keys, four workloads, gate.confirm; the fp8 vendors' heads (30 numeric leaves' faults), four kv_dtype;
     # the H100's roofline (6)
-    assert (len(STORE_FAULTS), len(YAML_FAULTS)) == (152, 433)
-    assert "585 = STORE_FAULTS 152 + YAML_FAULTS 433" in __doc__
+    assert (len(STORE_FAULTS), len(YAML_FAULTS)) == (156, 433)
+    assert "589 = STORE_FAULTS 156 + YAML_FAULTS 433" in __doc__
 
 
 # -- the rest of the rule ---------------------------------------------------------------

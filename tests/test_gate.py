@@ -9,6 +9,7 @@ import gate_fixtures as fx
 from mlagate import cli, config
 from mlagate.decide.verdict import Kind, Outcome, Status, evaluate
 from mlagate.report.text import annotations, gate_markdown
+from mlagate.store.env import RunEnv
 from mlagate.store.results import Store
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TIME
 
@@ -129,7 +130,7 @@ def test_a_case_missing_in_head_that_perf_yml_still_lists_is_an_error(root):
 def test_a_missing_case_is_judged_by_the_grid_head_was_recorded_with(root, grid, status):
     """HOPPER_64 (128 heads) is in the full grid, not the quick one: a quick-grid head lacks it by design."""
     fx.drop_batch(root, fx.DOCS, 64)
-    verdict = fx.evaluate(root, head=fx.DOCS, envs=(None, {"grid": grid} if grid else None))
+    verdict = fx.evaluate(root, head=fx.DOCS, envs=(None, RunEnv(grid=grid) if grid else None))
     cv = by_case(verdict)[fx.HOPPER_64]
     assert cv.status == status
     if status == Status.REMOVED:

@@ -21,6 +21,7 @@ from mlagate import cli, config
 from mlagate.case import Case
 from mlagate.measure import environment
 from mlagate.report import site
+from mlagate.store.env import RunEnv
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "h200"
@@ -66,7 +67,7 @@ def test_summary_page_content(report, tmp_path):
 
 
 def test_missing_versions_read_not_recorded():
-    html = site.env_table([("a run", None), ("another", {"start": {"gpu": "NVIDIA H200"}})])
+    html = site.env_table([("a run", None), ("another", RunEnv(start={"gpu": "NVIDIA H200"}))])
     assert html.count("not recorded") == 2 * len(environment.FIELDS) - 1 and "NVIDIA H200" in html
 
 

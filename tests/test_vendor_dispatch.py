@@ -9,6 +9,7 @@ import pytest
 import gate_fixtures as fx
 from mlagate.decide.vendor_ratio import vendor_kernel
 from mlagate.decide.verdict import Kind, Status
+from mlagate.store.env import parse_env
 from mlagate.store.results import Store
 from mlagate.store.results_file import BENCH_RATIO
 
@@ -31,7 +32,7 @@ def name_vendor(root, commit, version, kernels=None):
 
 def envs(root, base=fx.BASE, head=fx.DOCS):
     store = Store(root)
-    return tuple(store.read_sidecar(fx.MACHINE, c, "env") for c in (base, head))
+    return tuple(store.read_env(fx.MACHINE, c) for c in (base, head))
 
 
 def drop_ratio(root, case, factor=0.9):
@@ -110,7 +111,7 @@ def test_the_kernels_that_ran_are_folded_per_row_beside_the_dispatch_table():
     assert "kernels" not in out["flashinfer"] and "tilelang-seesaw" not in out
     assert "ran" not in vendors["aiter"]["kernels"]["bfloat16/16"]  # the env it was given is left as it was
     key = ("flash_mla", 64, 4096, "float16", 16, 1, "float16", "dense")
-    assert vendor_kernel({"start": {"vendors": out}}, "flash_mla", key) == (
+    assert vendor_kernel(parse_env({"start": {"vendors": out}}), "flash_mla", key) == (
         "1.0.0", out["flash_mla"]["kernels"]["float16/16"]["kernel"])
 
 
@@ -149,8 +150,8 @@ def test_a_torch_that_cannot_watch_gpu_kernels_names_none_and_launches_nothing_e
 
 def test_an_fp8_cache_reads_its_own_row_of_the_vendor_kernels():
     """A bf16 query over an e4m3 cache ran another vendor kernel than over a bf16 cache: its row is "/kv=F"."""
-    env = {"start": {"vendors": {"flashinfer": {"version": "0.7", "kernels": {
-        "bfloat16/16": {"kernel": "bf16_cache"}, "bfloat16/16/kv=float8_e4m3fn": {"kernel": "e4m3_cache"}}}}}}
+    env = parse_env({"start": {"vendors": {"flashinfer": {"version": "0.7", "kernels": {
+        "bfloat16/16": {"kernel": "bf16_cache"}, "bfloat16/16/kv=float8_e4m3fn": {"kernel": "e4m3_cache"}}}}}})
     fp8 = ("tilelang-hopper", 64, 4096, "bfloat16", 16, 1, "float8_e4m3fn", "dense")
     assert vendor_kernel(env, "flashinfer", fp8) == ("0.7", "e4m3_cache")
     assert vendor_kernel(env, "flashinfer", fp8[:6] + ("bfloat16", "dense")) == ("0.7", "bf16_cache")

@@ -6,9 +6,9 @@ from mlagate.measure.aiter_dispatch import kernel_row
 
 
 def vendor_kernel(env, vendor: str, case: tuple):
-    """(version, kernel) of ``vendor`` for ``case`` in a record's env sidecar (measure/environment.vendors);
-    None where the record names none (older records)."""
-    entry = (((env or {}).get("start") or {}).get("vendors") or {}).get(vendor)
+    """(version, kernel) of ``vendor`` for ``case`` in a record's env sidecar (a store.env.RunEnv, its vendors
+    measure/environment.vendors'); None where the record names none (older records, no record)."""
+    entry = env.vendors.get(vendor) if env else None
     if not entry:
         return None
     row = (entry.get("kernels") or {}).get(kernel_row(case[3], case[4], case[5], case[6])) or {}

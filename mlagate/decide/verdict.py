@@ -192,7 +192,7 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
     changes on it (acceptance.since_mark).
     ``confirmations``: {case: (base_samples, head_samples)} from an interleaved
     re-measure; a flagged case without one fails (the report says so).
-    ``envs``: base's and head's env sidecars, for the vendor kernels each ran.
+    ``envs``: base's and head's env sidecars (store.env.RunEnv or None), for the vendor kernels each ran.
     """
     g = cfg.gate
     rule = g.ratio[platform]
@@ -209,7 +209,7 @@ def evaluate(base: CommitResults, head: CommitResults, cfg: Config, platform: st
             # nothing measured on one side is nothing compared, not "no change"
             verdict.errors.append(Note(Kind.NO_GATED_CASES, f"no gated case ({', '.join(g.gated)}) measured in "
                                                             f"{name} {side.commit[:8]}: nothing to compare"))
-    head_grid = (envs[1] or {}).get("grid") if isinstance(envs[1], dict) else None
+    head_grid = envs[1].grid if envs[1] else None
     listed = cfg.listed_keys(platform, head_grid)  # the cases head's own grid measures
     unlisted = f"head's grid ({head_grid}) does not list it" if head_grid in cfg.grid.sizes \
         else "perf.yml no longer lists it"

@@ -145,7 +145,7 @@ def _clock_control_text(c) -> str:
             f"({c.get('api', '?')})")
 
 
-# -- reading a run's record {"start": environment(), "end": environment()} back ---------
+# -- showing a run's record (store.env.RunEnv: its start and end environment()) ---------
 
 def _clocks_text(c) -> str:
     return (f"SM {c.get('sm_mhz', '?')} MHz, memory {c.get('mem_mhz', '?')} MHz, {c.get('temp_c', '?')} °C, "
@@ -176,8 +176,8 @@ FIELDS = (  # label, how to read it from the start and end records; None or "": 
 
 
 def headline(run) -> list:
-    """GPU, arch, driver and versions of a run record (None: not recorded), the ones recorded."""
-    s = (run or {}).get("start") or {}
+    """GPU, arch, driver and versions of a run record (a store.env.RunEnv; None: not recorded), the ones recorded."""
+    s = run.start if run else {}
     parts = [s.get("gpu"), s.get("arch"), s.get("driver") and f"driver {s['driver']}", _toolkit(s),
              *(s.get(lib) and f"{lib} {s[lib]}" for lib in ("torch", "triton", "tilelang"))]
     return [p for p in parts if p]

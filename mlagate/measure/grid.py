@@ -219,9 +219,11 @@ def write_outputs(path, results, environment: dict):
 
 
 def read_outputs(path) -> tuple:
-    """(results, environment) of a file write_outputs wrote."""
-    with open(path) as f:
-        data = json.load(f)
+    """(results, environment) of a file write_outputs wrote; JSONFileError (a ValueError) names a file that is not
+    sound JSON (json_reader.load: a key twice, an infinite number, cut short)."""
+    from mlagate.json_reader import load
+
+    data = load(path, "an `mlagate bench --out` file")
     return [CaseResult.from_dict(r) for r in data["results"]], data.get("environment") or {}
 
 

@@ -32,8 +32,8 @@ class Sides:
     machine: str
     base: object  # store CommitResults
     head: object
-    base_env: dict | None
-    head_env: dict | None
+    base_env: object  # store.env.RunEnv or None
+    head_env: object
     builds: dict = field(default_factory=dict)  # target -> (base report or None, head report or None)
 
 
@@ -102,9 +102,8 @@ def resource_changes(builds: dict) -> list:
 
 
 def _recorded(label, commit, env) -> str:
-    start = (env or {}).get("start") or {}
-    where = " · ".join(map(escape, environment.headline(env or {}))) or "hardware not recorded"
-    when = start.get("time") or "at a time not recorded"
+    where = " · ".join(map(escape, environment.headline(env))) or "hardware not recorded"
+    when = (env and env.time) or "at a time not recorded"
     return f"<li>{label} <code>{escape(commit[:10])}</code>: measured {escape(when)} on {where}</li>"
 
 

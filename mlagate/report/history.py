@@ -36,7 +36,8 @@ def gate_marks(cfg, history: list, envs: dict, changes=None) -> dict:
     changes = accepted_changes(history) if changes is None else changes
     marks = {}
     for i in range(1, len(history)):
-        platform = (envs.get(history[i].commit) or {}).get("platform")
+        env = envs.get(history[i].commit)  # store.env.RunEnv or None
+        platform = env.platform if env else None
         if platform in cfg.platforms:
             v = verdict.evaluate(history[i - 1], history[i], cfg, platform, history=history[:i], marks=changes)
             marks[history[i].commit] = Mark(v.outcome, sum(1 for c in v.cases if c.drift),

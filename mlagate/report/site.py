@@ -25,6 +25,7 @@ from mlagate.report import history
 from mlagate.report.page import STYLE, escape, table
 from mlagate.report.plots import impl_order, ratio_png, tflops_png, trend_png
 from mlagate.store import record as recorder
+from mlagate.store.env import parse_env
 from mlagate.store.errors import StoreError
 from mlagate.store.results import Store, pick_machine
 from mlagate.store.results_file import BENCH_RATIO, BENCH_TFLOPS, BENCH_TIME, WORKLOAD_BENCH, ok_value
@@ -126,19 +127,22 @@ def commit_rows(results) -> list:
 
 
 def bench_rows(path) -> tuple:
-    """(CaseResults, environment) of an `mlagate bench --out` file."""
+    """(CaseResults, its environment as a store.env.RunEnv) of an `mlagate bench --out` file."""
     from mlagate.measure.grid import read_outputs
 
     try:
-        return read_outputs(path)
+        rows, env = read_outputs(path)
+        return rows, parse_env(env, "environment.")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"--bench-json {path}: not an `mlagate bench --out` file ({type(e).__name__}: {e})") from None
 
 
-def platform_of(cfg, env: dict, rows) -> str | None:
-    """The run's platform; without a record of it, the one whose vendor kernel ran."""
-    if env.get("platform") in cfg.platforms:
-        return env["platform"]
+def platform_of(cfg, env, rows) -> str | None:
+    """The run's platform (``env``: a store.env.RunEnv or None; a bench file records it in its start only);
+    without a record of it, the one whose vendor kernel ran."""
+    recorded = env and (env.platform or env.start.get("platform"))
+    if recorded in cfg.platforms:
+        return recorded
     ran = {r.case.impl for r in rows if r.status == RunStatus.OK}
     return next((name for name, p in cfg.platforms.items() if p.vendor in ran), None)
 
@@ -146,12 +150,12 @@ def platform_of(cfg, env: dict, rows) -> str | None:
 # -- the page --------------------------------------------------------------------
 
 def env_table(runs) -> str:
-    """runs: [(title, env record or None)]; a missing record or field reads 'not recorded'."""
+    """runs: [(title, store.env.RunEnv or None)]; a missing record or field reads 'not recorded'."""
     body = []
     for label, read in environment.FIELDS:
         cells = []
         for _, env in runs:
-            value = read((env or {}).get("start") or {}, (env or {}).get("end") or {})
+            value = read(env.start, env.end) if env else None
             cells.append(escape(value) if value not in (None, "") else '<span class="na">not recorded</span>')
         body.append([escape(label), *cells])
     return table(["", *(escape(title) for title, _ in runs)], body, "env")
@@ -172,10 +176,11 @@ def _cell(row, link) -> str:
     return f'<a href="{escape(link)}">{text}</a>' if link else text
 
 
-def newest_section(cfg, out: Path, rows, env: dict, source: str, machine: str, in_asv: set) -> str:
-    """Plots and a table of one run: TFLOPs vs the roofline, the vendor ratio vs the gate's floor."""
-    start = env.get("start") or {}
-    arch, gpu, platform = start.get("arch"), start.get("gpu"), platform_of(cfg, start, rows)
+def newest_section(cfg, out: Path, rows, env, source: str, machine: str, in_asv: set) -> str:
+    """Plots and a table of one run (``env``: its store.env.RunEnv or None): TFLOPs vs the roofline, the vendor
+    ratio vs the gate's floor."""
+    arch, gpu = (env.arch, env.gpu) if env else (None, None)
+    platform = platform_of(cfg, env, rows)
     key = cfg.roofline_key(arch, gpu)
     tflops_png(out / "tflops.png", cfg, rows, cfg.peaks(arch, gpu))
     roof = (f"dashed: the roofline of {escape(key)} from perf.yml" if key
@@ -243,8 +248,8 @@ def build(cfg, *, results: Path, out: Path, machine: str | None = None, bench_js
     recorded = list(store.load_all(machine).values())
     if not recorded:
         raise StoreError(f"{results / machine}: no readable results to report")
-    envs = {r.commit: store.read_sidecar(machine, r.commit, "env") for r in recorded}
-    recorded.sort(key=lambda r: (r.date, ((envs[r.commit] or {}).get("start") or {}).get("time") or "", r.commit))
+    envs = {r.commit: store.read_env(machine, r.commit) for r in recorded}
+    recorded.sort(key=lambda r: (r.date, (envs[r.commit] and envs[r.commit].time) or "", r.commit))
     newest = recorded[-1]
     with output_set(out) as fresh:  # the pages and their PNGs replaced as one set
         _write_site(cfg, fresh, results, store, machine, recorded, envs, newest, bench_json, last, repo)
@@ -274,6 +279,6 @@ def _write_site(cfg, out: Path, results: Path, store, machine: str, recorded: li
     marks = history.gate_marks(cfg, recorded[-(last + cfg.gate.drift_lookback):], envs)  # + drift's lookback
     page = PAGE.format(style=STYLE, machine=escape(machine), run_line=run_line(runs[0][1]), commit=newest.commit[:8],
                        count=len(recorded), links=links, env=env_table(runs),
-                       sections=newest_section(cfg, out, rows, runs[0][1] or {}, source, machine, in_asv)
+                       sections=newest_section(cfg, out, rows, runs[0][1], source, machine, in_asv)
                        + trend_section(cfg, out, recorded[-last:], machine, marks, offline))
     (out / "index.html").write_text(page)

@@ -17,6 +17,7 @@ from mlagate.case import case_label
 from mlagate.config import ROOT
 from mlagate.json_reader import JSONFileError, read_json
 from mlagate.names import unknown
+from mlagate.store.env import EnvRecordError, RunEnv, parse_env
 from mlagate.store.errors import GateError, StoreError
 from mlagate.store.files import store_lock, write_once
 from mlagate.store.results_file import parse_results_file
@@ -165,6 +166,21 @@ class Store:
             raise StoreError(f"{path}: {reason}")
         self._problem(Problem(str(path), reason))
         return None
+
+    def read_env(self, machine, commit, *, strict=False) -> RunEnv | None:
+        """The commit's env sidecar typed (store/env.py), or None when there is none. A field of the wrong
+        type is a problem (path and key named) and None, as a corrupt sidecar; with ``strict`` a StoreError."""
+        data = self.read_sidecar(machine, commit, "env", strict=strict)
+        if data is None:
+            return None
+        try:
+            return parse_env(data)
+        except EnvRecordError as e:
+            path = self.sidecar_path(machine, commit, "env")
+            if strict:
+                raise StoreError(f"{path}: {e}") from None
+            self._problem(Problem(str(path), f"corrupt sidecar ({e})"))
+            return None
 
     def _problem(self, problem: Problem):
         if problem not in self.problems:  # loading twice reports once
