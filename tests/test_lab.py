@@ -350,3 +350,18 @@ def test_the_call_offset_study_reads_each_mode_over_rounds_and_one_call_within_a
 def test_a_case_study_without_out_or_summary_refuses_before_measuring(name):
     run = lab(f"lab.{name}", check=False)
     assert run.returncode == 2 and "give OUT.json (or --summary OUT.json)" in run.stderr
+
+
+def test_kv_dtype_table_reads_both_caches_and_the_vendor_from_a_bench_csv(tmp_path):
+    """On the H200's CSV (docs/measurements.md, 2026-12-07): per point, both caches' µs, their ratio, the vendor."""
+    csv_path = ROOT / "docs" / "bench" / "h200-2026-12-07-fp8-quick.csv"
+    out = lab("lab.kv_dtype_table", csv_path).stdout
+    row = "| dense | 1 | 64 | 16 | 4096 | bfloat16 / float8_e4m3fn | 87.6 | 88.2 | 0.99x | flashinfer (245.3) | 2.78 |"
+    assert row in out
+    assert out.count("float8_e4m3fn |") == 12
+    assert out.rstrip().endswith("fp8 faster than the 16-bit cache at 1 of 12 points; fp8 over 16-bit 0.82-1.01x; "
+                                 "TileLang over the vendor's fp8 2.06-3.57x")
+    none = tmp_path / "bf16.csv"  # no fp8 rows: said, not an empty table
+    none.write_text("".join(csv_path.read_text().splitlines(keepends=True)[:3]))
+    run = lab("lab.kv_dtype_table", none, check=False)
+    assert run.returncode == 1 and "no fp8-cache rows of tilelang-hopper" in run.stderr
