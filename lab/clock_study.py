@@ -14,6 +14,7 @@ OUT/rep*/results; its base is `ladder.json`'s `base`.
 
 import argparse
 import fnmatch
+import math
 import statistics
 
 
@@ -74,6 +75,28 @@ def main(argv=None):
             f"{commit} {100 * shift:+.3f} pp" for (_, commit), shift in sorted(shifts.items())))
         rest = rms_pp(change - shifts[record] for record, changes in by_record.items() for change in changes)
         print(f"raw rms with each record's shift taken out: {rest:.3f} pp")
+        print(spread_line(rows, shifts))
+
+
+def spread_line(rows: dict, shifts: dict) -> str:
+    """Each untouched case's sd over every record, the base's (change 0) included, pooled over the cases: unlike
+    the changes against one base, it does not carry that base's own noise, so two stores (an A/B) compare on it."""
+    per_case = {}
+    for (machine, commit, label), (got, touched) in rows.items():
+        if not touched and got["raw"] is not None:
+            per_case.setdefault((machine, label), {})[(machine, commit)] = got["raw"]
+    pooled = []
+    for shifted in (False, True):
+        ss = dof = 0
+        for changes in per_case.values():
+            values = [1.0] + [1 + x - (shifts[r] if shifted else 0) for r, x in changes.items()]
+            mean = statistics.mean(values)
+            ss += sum((v / mean - 1) ** 2 for v in values)
+            dof += len(values) - 1
+        pooled.append(100 * math.sqrt(ss / (dof - (len(shifts) if shifted else 0))))
+    return (f"each untouched case's sd over the {len(shifts) + 1} records, pooled over {len(per_case)} cases: "
+            f"{pooled[0]:.3f} %, {pooled[1]:.3f} % with each record's shift taken out (x sqrt 2: the rms change "
+            "expected between two records)")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,20 @@ def test_the_clock_study_reads_the_demo_pair():
     # one record against the base: its shift is the mean change, and the rest the changes' spread around it
     assert "each record's shift (its untouched cases' mean raw change): 91da13fe9c +0.096 pp\n" \
         "raw rms with each record's shift taken out: 0.601 pp" in out
+    assert "each untouched case's sd over the 2 records, pooled over 16 cases: 0.427 %, 0.436 % with each record's " \
+        "shift taken out" in out
+
+
+def test_the_clock_studys_spread_pools_each_cases_sd_over_every_record_the_base_included(monkeypatch):
+    """Two cases, two records against the base at +1% and -1% (both cases alike): each case reads 1, 1.01, 0.99,
+    a 1% sd; the records' shifts are the whole of it, so without them nothing is left. A touched case is left out."""
+    monkeypatch.syspath_prepend(str(ROOT))  # lab/ is not installed
+    from lab.clock_study import spread_line
+
+    rows = {("m", r, case): ({"raw": x}, False) for r, x in (("r1", 0.01), ("r2", -0.01)) for case in ("c1", "c2")}
+    rows[("m", "r1", "touched")] = ({"raw": 0.5}, True)
+    assert spread_line(rows, {("m", "r1"): 0.01, ("m", "r2"): -0.01}).startswith(
+        "each untouched case's sd over the 3 records, pooled over 2 cases: 1.000 %, 0.000 % with each record's shift")
 
 
 # -- windowed: the samples of each kept window, with its clock ------------------------------------------------------
