@@ -100,10 +100,10 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
         head_platform(store, machine, head_commit, platform, cfg)
     loaded = {name: load_commit(store, machine, name, commit, record_missing, grid, echo, cfg.timing.record_s)
               for name, commit in sides}
-    platform, arch, gpu = head_platform(store, machine, head_commit, platform, cfg)
+    platform, head_env = head_platform(store, machine, head_commit, platform, cfg)
     history = [r for r in main_history(store, machine, base_commit, cfg.gate.drift_lookback)
                if r.commit != head_commit]
-    envs = tuple(store.read_env(machine, c) for c in (base_commit, head_commit))
+    envs = (store.read_env(machine, base_commit), head_env)
     marks = acceptance.change_marks(history, trusted)
     decided = verdict.evaluate(loaded["base"], loaded["head"], cfg, platform, history=history, envs=envs,
                                marks=marks)
@@ -121,7 +121,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
     elif flagged:
         decided.warnings.append(Note(Kind.UNCONFIRMED, "flagged cases were not re-measured interleaved (run the "
                                      "gate with --confirm on the GPU host to rule out run-to-run noise)"))
-    decided.warnings += runner_notes(store, machine, sides)
+    decided.warnings += runner_notes(store, machine, sides, envs)
     findings, builds = build_findings(store, machine, base_commit, head_commit, cfg, decided.warnings)
     verdict.add_build_findings(decided, findings)
     acceptance.apply(decided, trusted, proposed, head_commits)
@@ -130,7 +130,7 @@ def run_gate(cfg: Config, *, base_rev: str, head_rev: str, results: Path, out_di
                              *envs, builds)
     decided.warnings += [Note(Kind.UNREADABLE_RESULTS, f"skipped unreadable results: {p}")
                          for p in store.problems]  # of other commits (drift), or base's env record (the page)
-    return write_outputs(decided, sides, out_dir, cfg, arch=arch, gpu=gpu)
+    return write_outputs(decided, sides, out_dir, cfg, arch=head_env.arch, gpu=head_env.gpu)
 
 
 def refuse_corrupt(store: Store, name: str, commit: str):
@@ -162,7 +162,7 @@ def load_commit(store: Store, machine: str, name: str, commit: str, record_missi
 
 
 def head_platform(store: Store, machine: str, head: str, given: str | None, cfg: Config) -> tuple:
-    """(platform, arch, GPU name) from head's env sidecar, which every record writes: without it the
+    """(platform, head's store.env.RunEnv) from head's env sidecar, which every record writes: without it the
     gate cannot know what head was measured on. ``given`` (--platform) must agree with it."""
     path = store.sidecar_path(machine, head, "env")
     env = store.read_env(machine, head, strict=True)
@@ -173,15 +173,15 @@ def head_platform(store: Store, machine: str, head: str, given: str | None, cfg:
         raise GateError(f"{path}: platform {env.platform!r:.40} is not one of {', '.join(cfg.platforms)}")
     if given and given != env.platform:
         raise GateError(f"{path}: head was measured on {env.platform}, not on --platform {given}")
-    return env.platform, env.arch, env.gpu
+    return env.platform, env
 
 
-def runner_notes(store: Store, machine: str, sides) -> list:
+def runner_notes(store: Store, machine: str, sides, envs) -> list:
     """Warnings, never failures: a side recorded with unlocked (or unread) GPU clocks, or on GPUs
-    whose consistency check flagged one."""
+    whose consistency check flagged one. ``envs``: each side's store.env.RunEnv (None: not readable)."""
     notes = []
-    for name, commit in sides:
-        env = store.read_env(machine, commit) or RunEnv()
+    for (name, commit), env in zip(sides, envs):
+        env = env or RunEnv()
         rows = (store.read_sidecar(machine, commit, "cases") or {}).get("results")
         rows = rows if isinstance(rows, list) else []
         windows = [w for row in rows if isinstance(row, dict) and isinstance(row.get("samples"), dict)
