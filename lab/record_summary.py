@@ -16,6 +16,9 @@ import json
 import statistics
 from pathlib import Path
 
+from mlagate.json_reader import load as load_json
+from mlagate.store.env import parse_env
+
 
 def load(path: str):
     """(cases, env or None) from a store folder (one commit's cases sidecar in it) or a cases sidecar."""
@@ -24,7 +27,8 @@ def load(path: str):
         if len(found) != 1:
             raise SystemExit(f"{path}: {len(found)} cases sidecars (*/*-cases.sidecar); give one sidecar instead")
         env = glob.glob(f"{path}/*/*-env.sidecar")
-        return json.loads(Path(found[0]).read_text())["results"], json.loads(Path(env[0]).read_text()) if env else None
+        cases = load_json(found[0], "a cases sidecar")["results"]
+        return cases, parse_env(load_json(env[0], "an env sidecar")) if env else None
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         return json.load(f)["results"], None
@@ -52,7 +56,7 @@ def summarise(path: str, wall: float | None = None) -> None:
               f"{max(mhz):.0f} MHz, median {statistics.median(mhz):.0f}; throttle reasons seen "
               f"{sorted({t for w in windows for t in w['throttle']})}")
     if env:
-        print("clock control:", env["start"].get("clock_control"))
+        print("clock control:", env.clock_control)
     by = collections.defaultdict(list)
     for r in cases:
         if r["status"] == "ok":

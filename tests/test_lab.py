@@ -238,6 +238,19 @@ def test_record_summary_reads_a_record_store(tmp_path):
     assert "windows 17, dropped 1, SM clock 1500-1980 MHz" in out and "['sw_power_cap']" in out
     assert re.search(r"^  record   tilelang-hopper  n=  4  99% interval ±[\d.]+ \(±[\d.]+\)  IQR", out, re.M)
     assert re.search(r"^  baseline triton           n=  1", out, re.M)
+    assert "clock control" not in out  # no env sidecar
+
+
+def test_record_summary_reads_the_env_sidecar_typed(tmp_path):
+    store = Store(record_store(tmp_path, {}))
+    env = {"start": {"gpu": "NVIDIA H200", "arch": "sm_90", "clock_control": {"locked": False, "by": "nobody"}},
+           "end": {}}
+    store.write_sidecar("h200", "a" * 40, "env", env)
+    assert "clock control: {'locked': False, 'by': 'nobody'}" in lab("lab.record_summary", store.root).stdout
+    env["start"]["clock_control"] = "unlocked"  # not an object: refused by its key, as the gate refuses it
+    bad = Store(record_store(tmp_path / "bad", {}))
+    bad.write_sidecar("h200", "a" * 40, "env", env)
+    assert "start.clock_control must be a JSON object" in lab("lab.record_summary", bad.root, check=False).stderr
 
 
 def test_compare_records_gives_each_implementations_change_between_two_records(tmp_path):

@@ -67,7 +67,7 @@ def test_the_store_reads_it_strictly_for_the_gate_and_skips_it_with_a_problem_el
     store = Store(tmp_path)
     store.write_sidecar("m", "a" * 40, "env", _bad("start.arch", 90))
     path = store.sidecar_path("m", "a" * 40, "env")
-    with pytest.raises(StoreError, match=rf"^{path}: start\.arch must be a JSON string, got 90$"):
+    with pytest.raises(StoreError, match=rf"^{path}: corrupt sidecar \(start\.arch must be a JSON string, got 90\)$"):
         store.read_env("m", "a" * 40, strict=True)
     assert store.read_env("m", "a" * 40) is None
     assert [(p.path, p.reason) for p in store.problems] == [

@@ -160,12 +160,7 @@ class Store:
             reason = f"corrupt sidecar ({e.reason})"
         except OSError as e:
             reason = f"corrupt sidecar (unreadable: {e.strerror})"
-        if reason is None:
-            return data
-        if strict:
-            raise StoreError(f"{path}: {reason}")
-        self._problem(Problem(str(path), reason))
-        return None
+        return data if reason is None else self._refuse(path, reason, strict)
 
     def read_env(self, machine, commit, *, strict=False) -> RunEnv | None:
         """The commit's env sidecar typed (store/env.py), or None when there is none. A field of the wrong
@@ -176,11 +171,14 @@ class Store:
         try:
             return parse_env(data)
         except EnvRecordError as e:
-            path = self.sidecar_path(machine, commit, "env")
-            if strict:
-                raise StoreError(f"{path}: {e}") from None
-            self._problem(Problem(str(path), f"corrupt sidecar ({e})"))
-            return None
+            return self._refuse(self.sidecar_path(machine, commit, "env"), f"corrupt sidecar ({e})", strict)
+
+    def _refuse(self, path: Path, reason: str, strict: bool) -> None:
+        """A sidecar the store cannot use: a StoreError for a strict read, else a problem (reported once)."""
+        if strict:
+            raise StoreError(f"{path}: {reason}")
+        self._problem(Problem(str(path), reason))
+        return None
 
     def _problem(self, problem: Problem):
         if problem not in self.problems:  # loading twice reports once
