@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlagate.case import Case, case_label
-from mlagate.json_reader import JSONFileError, parse, read_json
+from mlagate.json_reader import parse, read_json
 from mlagate.measure.shards import parse_shard, runner_shard
-from mlagate.store.errors import StoreError
+from mlagate.store.errors import StoreError, read_store_json
 from mlagate.store.files import install_record, read_journal, recover, store_lock
 from mlagate.store.results import Store, refuse_recorded
 from mlagate.store.results_file import WORKLOAD_BENCH, Entry, _number, case_keys
@@ -96,12 +96,7 @@ def _read(root: Path, machine: str, commit: str) -> Shard:
 
 
 def _json_object(path: Path) -> dict:
-    try:
-        data, infinite = read_json(path)
-    except JSONFileError as e:
-        raise StoreError(f"{path}: not readable JSON ({e.reason})") from None
-    except OSError as e:
-        raise StoreError(f"{path}: not readable ({e.strerror})") from None
+    data, infinite = read_store_json(path)
     if not isinstance(data, dict) or infinite:
         raise StoreError(f"{path}: not the JSON object asv writes")
     return data

@@ -18,7 +18,7 @@ from mlagate.config import ROOT
 from mlagate.json_reader import JSONFileError, read_json
 from mlagate.names import unknown
 from mlagate.store.env import EnvRecordError, RunEnv, parse_env
-from mlagate.store.errors import GateError, StoreError
+from mlagate.store.errors import GateError, StoreError, read_store_json
 from mlagate.store.files import store_lock, write_once
 from mlagate.store.results_file import parse_results_file
 
@@ -46,15 +46,10 @@ class Problem:
 
 def _check_machine_json(path: Path):
     """asv's machine.json: asv writes it before any results of the machine, and asv publish needs it."""
-    try:
-        data, _ = read_json(path)
-    except FileNotFoundError:
+    if not path.exists():
         raise StoreError(f"{path}: missing (asv writes it with a machine's first results): the folder "
-                         "is damaged; restore machine.json from the results branch") from None
-    except JSONFileError as e:
-        raise StoreError(f"{path}: not readable JSON ({e.reason}); restore it from the results branch") from None
-    except OSError as e:
-        raise StoreError(f"{path}: not readable ({e.strerror}); restore it from the results branch") from None
+                         "is damaged; restore machine.json from the results branch")
+    data, _ = read_store_json(path, "; restore it from the results branch")
     if not isinstance(data, dict):
         raise StoreError(f"{path}: a JSON {type(data).__name__}, not asv's machine object")
 

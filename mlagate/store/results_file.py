@@ -22,12 +22,10 @@ from mlagate.json_reader import (
     LATENCY_FLOOR_S,
     RATIO_CEILING,
     TFLOPS_CEILING,
-    JSONFileError,
     out_of_bounds,
-    read_json,
 )
 from mlagate.measure.metrics import flops
-from mlagate.store.errors import StoreError
+from mlagate.store.errors import StoreError, read_store_json
 
 BENCH_TIME = "mla_decode.TimeDecode.time_decode"
 BENCH_TFLOPS = "mla_decode.Throughput.track_tflops"
@@ -224,12 +222,7 @@ def parse_results_file(path) -> tuple:
     """(commit, date, {bench: {case: Entry}}) from one asv results file; StoreError naming
     the path (and the benchmark and case) if it is not a complete, valid asv results file."""
     path = Path(path)
-    try:
-        data, infinite = read_json(path)
-    except JSONFileError as e:
-        raise StoreError(f"{path}: not readable JSON ({e.reason})") from None
-    except OSError as e:
-        raise StoreError(f"{path}: not readable ({e.strerror})") from None
+    data, infinite = read_store_json(path)
     try:
         commit, date, columns = _header(data)
         benchmarks = {}
