@@ -16,8 +16,9 @@ import json
 import statistics
 from pathlib import Path
 
+from mlagate.json_reader import JSONFileError
 from mlagate.json_reader import load as load_json
-from mlagate.store.env import parse_env
+from mlagate.store.env import EnvRecordError, parse_env
 
 
 def load(path: str):
@@ -27,8 +28,13 @@ def load(path: str):
         if len(found) != 1:
             raise SystemExit(f"{path}: {len(found)} cases sidecars (*/*-cases.sidecar); give one sidecar instead")
         env = glob.glob(f"{path}/*/*-env.sidecar")
-        cases = load_json(found[0], "a cases sidecar")["results"]
-        return cases, parse_env(load_json(env[0], "an env sidecar")) if env else None
+        try:
+            cases = load_json(found[0], "a cases sidecar")["results"]
+            return cases, parse_env(load_json(env[0], "an env sidecar")) if env else None
+        except JSONFileError as e:  # a sidecar the gate refuses too: named, no traceback
+            raise SystemExit(str(e)) from None
+        except EnvRecordError as e:
+            raise SystemExit(f"{env[0]}: {e}") from None
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         return json.load(f)["results"], None

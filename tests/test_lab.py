@@ -250,7 +250,9 @@ def test_record_summary_reads_the_env_sidecar_typed(tmp_path):
     env["start"]["clock_control"] = "unlocked"  # not an object: refused by its key, as the gate refuses it
     bad = Store(record_store(tmp_path / "bad", {}))
     bad.write_sidecar("h200", "a" * 40, "env", env)
-    assert "start.clock_control must be a JSON object" in lab("lab.record_summary", bad.root, check=False).stderr
+    refused = lab("lab.record_summary", bad.root, check=False)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().endswith("a-env.sidecar: start.clock_control must be a JSON object, got 'unlocked'")
 
 
 def test_compare_records_gives_each_implementations_change_between_two_records(tmp_path):
