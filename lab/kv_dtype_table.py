@@ -52,7 +52,10 @@ def main(argv=None):
     p.add_argument("csv", help="an `mlagate bench --out` CSV with both caches of --impl")
     p.add_argument("--impl", default="tilelang-hopper", help="the TileLang implementation (default tilelang-hopper)")
     args = p.parse_args(argv)
-    rows = table(args.csv, args.impl)
+    try:
+        rows = table(args.csv, args.impl)
+    except (OSError, KeyError, ValueError) as e:  # named, no traceback: a missing column, a cell not a number
+        raise SystemExit(f"{args.csv}: not an `mlagate bench --out` CSV ({type(e).__name__}: {e})") from None
     if not rows:
         raise SystemExit(f"{args.csv}: no fp8-cache rows of {args.impl}")
     print(markdown(rows))

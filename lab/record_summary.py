@@ -29,7 +29,8 @@ def load(path: str):
             raise SystemExit(f"{path}: {len(found)} cases sidecars (*/*-cases.sidecar); give one sidecar instead")
         env = glob.glob(f"{path}/*/*-env.sidecar")
         try:
-            cases = load_json(found[0], "a cases sidecar")["results"]
+            cases = load_json(found[0], "a cases sidecar", lambda d: None if isinstance(d, dict) and isinstance(
+                d.get("results"), list) else "no list of results")["results"]
             return cases, parse_env(load_json(env[0], "an env sidecar")) if env else None
         except JSONFileError as e:  # a sidecar the gate refuses too: named, no traceback
             raise SystemExit(str(e)) from None

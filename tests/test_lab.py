@@ -250,6 +250,11 @@ def test_record_summary_reads_the_env_sidecar_typed(tmp_path):
     env["start"]["clock_control"] = "unlocked"  # not an object: refused by its key, as the gate refuses it
     bad = Store(record_store(tmp_path / "bad", {}))
     bad.write_sidecar("h200", "a" * 40, "env", env)
+    no_results = Store(tmp_path / "no-results")
+    no_results.write_sidecar("h200", "a" * 40, "cases", {"results": {}})
+    refused = lab("lab.record_summary", no_results.root, check=False)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().endswith("not a cases sidecar (no list of results)")
     refused = lab("lab.record_summary", bad.root, check=False)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.strip().endswith("a-env.sidecar: start.clock_control must be a JSON object, got 'unlocked'")
@@ -380,3 +385,11 @@ def test_kv_dtype_table_reads_both_caches_and_the_vendor_from_a_bench_csv(tmp_pa
     none.write_text("".join(csv_path.read_text().splitlines(keepends=True)[:3]))
     run = lab("lab.kv_dtype_table", none, check=False)
     assert run.returncode == 1 and "no fp8-cache rows of tilelang-hopper" in run.stderr
+    for name, text in (("missing.csv", None), ("no-kv-dtype.csv", "impl,status,median_ms\nx,ok,1\n"),
+                       ("cut.csv", csv_path.read_text().replace(",0.0881", ",0.08x", 1))):
+        bad = tmp_path / name
+        if text is not None:
+            bad.write_text(text)
+        run = lab("lab.kv_dtype_table", bad, check=False)
+        assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+        assert run.stderr.startswith(f"{bad}: not an `mlagate bench --out` CSV ("), run.stderr
