@@ -19,6 +19,7 @@ from pathlib import Path
 from mlagate.json_reader import JSONFileError
 from mlagate.json_reader import load as load_json
 from mlagate.store.env import EnvRecordError, parse_env
+from mlagate.store.results import cases_problem
 
 
 def load(path: str):
@@ -29,8 +30,7 @@ def load(path: str):
             raise SystemExit(f"{path}: {len(found)} cases sidecars (*/*-cases.sidecar); give one sidecar instead")
         env = glob.glob(f"{path}/*/*-env.sidecar")
         try:
-            cases = load_json(found[0], "a cases sidecar", lambda d: None if isinstance(d, dict) and isinstance(
-                d.get("results"), list) else "no list of results")["results"]
+            cases = load_json(found[0], "a cases sidecar", cases_problem)["results"]
             return cases, parse_env(load_json(env[0], "an env sidecar")) if env else None
         except JSONFileError as e:  # a sidecar the gate refuses too: named, no traceback
             raise SystemExit(str(e)) from None

@@ -20,7 +20,7 @@ from mlagate.json_reader import parse, read_json
 from mlagate.measure.shards import parse_shard, runner_shard
 from mlagate.store.errors import StoreError, read_store_json
 from mlagate.store.files import install_record, read_journal, recover, store_lock
-from mlagate.store.results import Store, refuse_recorded
+from mlagate.store.results import Store, cases_problem, refuse_recorded
 from mlagate.store.results_file import WORKLOAD_BENCH, Entry, _number, case_keys
 
 # Columns of a results row with one value per benchmark; every other column has one per case.
@@ -88,8 +88,9 @@ def _read(root: Path, machine: str, commit: str) -> Shard:
         index, count = parse_shard(sidecars["env"].get("shard") or "1/1")  # no --shard: all of the grid
     except ValueError as e:
         raise StoreError(f"{store.sidecar_path(machine, commit, 'env')}: {e}") from None
-    if sidecars["cases"] is not None and not isinstance(sidecars["cases"].get("results"), list):
-        raise StoreError(f"{store.sidecar_path(machine, commit, 'cases')}: no list of results")
+    problem = sidecars["cases"] is not None and cases_problem(sidecars["cases"])
+    if problem:
+        raise StoreError(f"{store.sidecar_path(machine, commit, 'cases')}: {problem}")
     path = Path(found.paths[0])
     return Shard(root, index, count, path, read_json(path)[0], found.benchmarks, machine_path.read_bytes(),
                  _json_object(root / "benchmarks.json"), sidecars, f"shard {index + 1}/{count} ({root})")

@@ -180,6 +180,11 @@ class Store:
             self.problems.append(problem)
 
 
+def cases_problem(data) -> str | None:
+    """Why a cases sidecar's JSON is not one (a record writes {"results": [one row per case]}), or None."""
+    return None if isinstance(data, dict) and isinstance(data.get("results"), list) else "no list of results"
+
+
 def refuse_recorded(root: Path, machine: str, commit: str):
     """StoreError if ``commit`` is already in the store on ``machine``: a record (or a merge) of it is refused."""
     if Store(root).load(machine, commit) is not None:
