@@ -244,6 +244,7 @@ WARP_SIZE = {"gfx942": 64}
 # more warps than block_H / 16 leave a warp without rows, which TileLang cannot lay out.
 ROWS_PER_WARP = 16
 WGMMA_ROWS, WARPGROUP = 64, 128  # Hopper: a wgmma tile's rows, and the threads of the warpgroup issuing it
+CHUNK = 8  # fp8 elements a converter thread moves at a time: one 16-byte bf16 store (converting_attend_macro)
 ARCH_CONFIG = {"gfx942": "cdna3", "sm_90": "hopper", "sm_90a": "hopper"}
 
 
@@ -432,7 +433,7 @@ def attend_macro(shape, config: TileConfig, block_H: int, num_stages: int, load_
         T.gemm(P_buf, KV_tile, acc_o, policy=policy)
 
     if converters:
-        return converting_attend_macro(shape, config, block_H, load_tile, start_rows, tile_step, normalise, tma_tile)
+        return converting_attend_macro(shape, config, block_H, start_rows, tile_step, normalise, tma_tile)
 
     @T.macro
     def attend(Q, Q_pe, KV, K_pe, Kv_scale, Block_table, bx, by, seqlen, first_token, n_blocks, acc_o, logsum, scores_max):  # noqa: E501 (mlagate ladder matches this line)
@@ -520,31 +521,39 @@ def normalise_macro(shape, block_H: int, empty_splits: bool):
     return normalise
 
 
-def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, start_rows, tile_step, normalise,
-                            tma_tile=None):
+def converting_attend_macro(shape, config: TileConfig, block_H: int, start_rows, tile_step, normalise, tma_tile=None):
     """attend_macro's ``attend`` for an fp8 cache under one consumer warpgroup, with a converter warpgroup beside it
     (threads WARPGROUP .. 2 x WARPGROUP of the block): a converter gets a tile into its registers (the next one's
     load issued before it goes on), waits until the consumers are done with the bf16 tile it overwrites (two,
     alternating: mbarriers ``empty``), writes it converted and signals it (``full``); the consumers wait, multiply
-    and run the softmax. How a tile reaches the registers: by ``load_tile`` into one of two register tiles (dense),
-    or, where ``tma_tile(KV, K_pe, Block_table, bx, start, KV_stage, K_pe_stage, loaded)`` is given (pages), by TMA
-    into one fp8 shared stage (mbarrier ``loaded``), read out before the next tile's copy is issued into it: loads
-    through the page table from the converters' own threads cost a bounds check per 16 bytes and spilled, 0.80x
-    the bf16 cache's speed; the stage reads 1.04-1.31x (docs/measurements.md, 2026-12-06, fourth and seventh
+    and run the softmax. How a tile reaches the registers: straight from a dense cache into one of two register
+    tiles, or, where ``tma_tile(KV, K_pe, Block_table, bx, start, KV_stage, K_pe_stage, loaded)`` is given
+    (pages), by TMA into one fp8 shared stage (mbarrier ``loaded``), read out before the next tile's copy is issued
+    into it: loads through the page table from the converters' own threads cost a bounds check per 16 bytes and
+    spilled, 0.80x the bf16 cache's speed; the stage reads 1.04-1.31x (docs/measurements.md, 2026-12-06, fourth and seventh
     sessions). The tiles go over in rounds of four slots, a staged round per loop iteration with constant parities
     (two slots per iteration, parities read at run time, spilled at s_q 2 and ran 0.91-0.94x there: sixth session).
     A round's slots past n_blocks are handed over empty (at most three per call; the stage's copy for one is an
     arrival without bytes), so each call leaves every barrier in the phase it found it: correct however often a
     thread block calls attend (the paged kernel's balanced schedule calls it per piece). The caller's epilogue runs
-    on the consumers only (threads below ``Plan.threads``)."""
+    on the consumers only (threads below ``Plan.threads``).
+    The register tiles hold CHUNK-element chunks, chunk q of a tile (row-major) on converter q mod 128: eight
+    neighbouring converters write eight neighbouring 16-byte bf16 chunks of a row, one per bank group of the
+    swizzled tile. TileLang's own layout (16 elements a thread) put two converters on each group, a 2-way conflict
+    on every store: 4-6% of the dense kernel's time at 16 heads on the H100 (docs/measurements.md, 2026-12-07)."""
     dtype, accum, kv_dtype = shape.dtype, "float32", shape.kv_dtype
     dim, pe_dim, block_N = shape.dim, shape.pe_dim, config.block_N
     staged = tma_tile is not None
+    kv_chunks, pe_chunks = [block_N, dim // CHUNK, CHUNK], [block_N, pe_dim // CHUNK, CHUNK]
 
     @T.macro
-    def fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, t, KV_reg, K_pe_reg):
+    def fetch(KV, K_pe, bx, first_token, n_blocks, t, KV_reg, K_pe_reg):
+        """Tile t of a dense cache (KV[bx, token, 0, :]) into chunked registers, 8 bytes a thread."""
         if t < n_blocks:
-            load_tile(KV, K_pe, Block_table, bx, first_token + t * block_N, seqlen, KV_reg, K_pe_reg)
+            start = first_token + t * block_N
+            for cache, width, reg in ((KV, dim, KV_reg), (K_pe, pe_dim, K_pe_reg)):
+                chunks = T.view(cache, [cache.shape[0], cache.shape[1], width // CHUNK, CHUNK])
+                T.copy(chunks[bx, start:start + block_N, :, :], reg)
 
     @T.macro
     def issue(KV, K_pe, Block_table, bx, first_token, n_blocks, t, KV_stage, K_pe_stage, loaded):
@@ -565,8 +574,10 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
         """Tile t from the stage into registers, then tile t + 1's copy into the stage (if ``ahead``)."""
         T.barrier_wait(loaded[0], parity)
         if t < n_blocks:
-            T.copy(KV_stage, KV_reg)
-            T.copy(K_pe_stage, K_pe_reg)
+            for r, a, e in T.Parallel(block_N, dim // CHUNK, CHUNK):
+                KV_reg[r, a, e] = KV_stage[r, a * CHUNK + e]
+            for r, a, e in T.Parallel(block_N, pe_dim // CHUNK, CHUNK):
+                K_pe_reg[r, a, e] = K_pe_stage[r, a * CHUNK + e]
         if ahead:
             issue(KV, K_pe, Block_table, bx, first_token, n_blocks, t + 1, KV_stage, K_pe_stage, loaded)
 
@@ -574,8 +585,10 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
     def deliver(KV_reg, K_pe_reg, KV_tile, K_pe_tile, full, empty, b, parity, real):
         T.barrier_wait(empty[b], 1 - parity)  # on a fresh barrier, the phase before the first: passes
         if real:
-            T.copy(KV_reg, KV_tile)
-            T.copy(K_pe_reg, K_pe_tile)
+            for r, c in T.Parallel(block_N, dim):
+                KV_tile[r, c] = KV_reg[r, c // CHUNK, c % CHUNK]
+            for r, c in T.Parallel(block_N, pe_dim):
+                K_pe_tile[r, c] = K_pe_reg[r, c // CHUNK, c % CHUNK]
         T.barrier_arrive(full[b])
 
     @T.macro
@@ -613,8 +626,8 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
         KV_tiles, K_pe_tiles = (KV_0, KV_1), (K_pe_0, K_pe_1)
         if T.get_thread_binding() >= WARPGROUP:
             if staged:
-                KV_reg = T.alloc_fragment([block_N, dim], kv_dtype)
-                K_pe_reg = T.alloc_fragment([block_N, pe_dim], kv_dtype)
+                KV_reg = T.alloc_fragment(kv_chunks, kv_dtype)
+                K_pe_reg = T.alloc_fragment(pe_chunks, kv_dtype)
                 if 0 < n_blocks:  # no tile, no slot: a bare arrival here would leave the stage a phase ahead
                     issue(KV, K_pe, Block_table, bx, first_token, n_blocks, 0, KV_stage, K_pe_stage, loaded)
                 for r in T.serial(steps):
@@ -628,15 +641,15 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, load_tile, 
             else:
                 # Two register tiles: the next tile's loads are in flight while this one waits for its bf16 tile
                 # (1-2% faster than one at s_q 2 on the H100, 253 registers and no spills).
-                KV_reg_0 = T.alloc_fragment([block_N, dim], kv_dtype)
-                K_pe_reg_0 = T.alloc_fragment([block_N, pe_dim], kv_dtype)
-                KV_reg_1 = T.alloc_fragment([block_N, dim], kv_dtype)
-                K_pe_reg_1 = T.alloc_fragment([block_N, pe_dim], kv_dtype)
-                fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 0, KV_reg_0, K_pe_reg_0)
+                KV_reg_0 = T.alloc_fragment(kv_chunks, kv_dtype)
+                K_pe_reg_0 = T.alloc_fragment(pe_chunks, kv_dtype)
+                KV_reg_1 = T.alloc_fragment(kv_chunks, kv_dtype)
+                K_pe_reg_1 = T.alloc_fragment(pe_chunks, kv_dtype)
+                fetch(KV, K_pe, bx, first_token, n_blocks, 0, KV_reg_0, K_pe_reg_0)
                 for k in T.serial(steps):
-                    fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 2 * k + 1, KV_reg_1, K_pe_reg_1)
+                    fetch(KV, K_pe, bx, first_token, n_blocks, 2 * k + 1, KV_reg_1, K_pe_reg_1)
                     deliver(KV_reg_0, K_pe_reg_0, KV_0, K_pe_0, full, empty, 0, k % 2, 2 * k < n_blocks)
-                    fetch(KV, K_pe, Block_table, bx, first_token, seqlen, n_blocks, 2 * k + 2, KV_reg_0, K_pe_reg_0)
+                    fetch(KV, K_pe, bx, first_token, n_blocks, 2 * k + 2, KV_reg_0, K_pe_reg_0)
                     deliver(KV_reg_1, K_pe_reg_1, KV_1, K_pe_1, full, empty, 1, k % 2, 2 * k + 1 < n_blocks)
         else:
             acc_s = T.alloc_fragment([block_H, block_N], accum)
