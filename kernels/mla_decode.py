@@ -523,20 +523,20 @@ def normalise_macro(shape, block_H: int, empty_splits: bool):
 
 def converting_attend_macro(shape, config: TileConfig, block_H: int, start_rows, tile_step, normalise, tma_tile=None):
     """attend_macro's ``attend`` for an fp8 cache under one consumer warpgroup, with a converter warpgroup beside it
-    (threads WARPGROUP .. 2 x WARPGROUP of the block): a converter gets a tile into its registers (the next one's
-    load issued before it goes on), waits until the consumers are done with the bf16 tile it overwrites (two,
-    alternating: mbarriers ``empty``), writes it converted and signals it (``full``); the consumers wait, multiply
-    and run the softmax. How a tile reaches the registers: straight from a dense cache into one of two register
-    tiles, or, where ``tma_tile(KV, K_pe, Block_table, bx, start, KV_stage, K_pe_stage, loaded)`` is given
-    (pages), by TMA into one fp8 shared stage (mbarrier ``loaded``), read out before the next tile's copy is issued
-    into it: loads through the page table from the converters' own threads cost a bounds check per 16 bytes and
-    spilled, 0.80x the bf16 cache's speed; the stage reads 1.04-1.31x (docs/measurements.md, 2026-12-06, fourth and seventh
-    sessions). The tiles go over in rounds of four slots, a staged round per loop iteration with constant parities
-    (two slots per iteration, parities read at run time, spilled at s_q 2 and ran 0.91-0.94x there: sixth session).
-    A round's slots past n_blocks are handed over empty (at most three per call; the stage's copy for one is an
-    arrival without bytes), so each call leaves every barrier in the phase it found it: correct however often a
-    thread block calls attend (the paged kernel's balanced schedule calls it per piece). The caller's epilogue runs
-    on the consumers only (threads below ``Plan.threads``).
+    (threads WARPGROUP .. 2 x WARPGROUP of the block): a converter gets a tile into its registers (the next one's load
+    issued before it goes on), waits until the consumers are done with the bf16 tile it overwrites (two, alternating:
+    mbarriers ``empty``), writes it converted and signals it (``full``); the consumers wait, multiply and run the
+    softmax. How a tile reaches the registers: straight from a dense cache into one of two register tiles, or, where
+    ``tma_tile(KV, K_pe, Block_table, bx, start, KV_stage, K_pe_stage, loaded)`` is given (pages), by TMA into one fp8
+    shared stage (mbarrier ``loaded``), read out before the next tile's copy is issued into it: loads through the page
+    table from the converters' own threads cost a bounds check per 16 bytes and spilled, 0.80x the bf16 cache's speed;
+    the stage reads 1.04-1.31x (docs/measurements.md, 2026-12-06, fourth and seventh sessions). The tiles go over in
+    rounds of four slots, a staged round per loop iteration with constant parities (two slots per iteration, parities
+    read at run time, spilled at s_q 2 and ran 0.91-0.94x there: sixth session). A round's slots past n_blocks are
+    handed over empty (at most three per call; the stage's copy for one is an arrival without bytes), so each call
+    leaves every barrier in the phase it found it: correct however often a thread block calls attend (the paged kernel's
+    balanced schedule calls it per piece). The caller's epilogue runs on the consumers only (threads below
+    ``Plan.threads``).
     The register tiles hold CHUNK-element chunks, chunk q of a tile (row-major) on converter q mod 128: eight
     neighbouring converters write eight neighbouring 16-byte bf16 chunks of a row, one per bank group of the
     swizzled tile. TileLang's own layout (16 elements a thread) put two converters on each group, a 2-way conflict
@@ -551,9 +551,11 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, start_rows,
         """Tile t of a dense cache (KV[bx, token, 0, :]) into chunked registers, 8 bytes a thread."""
         if t < n_blocks:
             start = first_token + t * block_N
-            for cache, width, reg in ((KV, dim, KV_reg), (K_pe, pe_dim, K_pe_reg)):
-                chunks = T.view(cache, [cache.shape[0], cache.shape[1], width // CHUNK, CHUNK])
-                T.copy(chunks[bx, start:start + block_N, :, :], reg)
+            # two names: TileLang takes a view of a kernel argument into the launch's checks by its name
+            KV_chunks = T.view(KV, [KV.shape[0], KV.shape[1], dim // CHUNK, CHUNK])
+            K_pe_chunks = T.view(K_pe, [K_pe.shape[0], K_pe.shape[1], pe_dim // CHUNK, CHUNK])
+            T.copy(KV_chunks[bx, start:start + block_N, :, :], KV_reg)
+            T.copy(K_pe_chunks[bx, start:start + block_N, :, :], K_pe_reg)
 
     @T.macro
     def issue(KV, K_pe, Block_table, bx, first_token, n_blocks, t, KV_stage, K_pe_stage, loaded):
