@@ -1,6 +1,7 @@
 """Whether an fp8 KV cache makes the TileLang decode faster than the same kernel on a bf16 cache (GPU).
 
-    python -m lab.fp8_probe [--batch 64 --batch 128] [--seqlen 4096] [--heads 16] [--jobs 8] [--out FILE]
+    python -m lab.fp8_probe [--batch 64 --batch 128] [--seqlen 4096] [--heads 16] [--s-q 1 --s-q 2] [--jobs 8]
+                            [--out FILE]
 
 Per point (bf16 query): the gated seesaw on a bf16 cache (it has no fp8 cache: its shared memory holds no fp8 staging
 tiles), and the pipelined hopper config (its tuned entry where kernels/tuned/sm_90.yaml lists the shape) on a bf16
@@ -17,7 +18,7 @@ import json
 import sys
 
 
-def kernels(batches, seqlens, heads):
+def kernels(batches, seqlens, heads, s_qs=(1,)):
     """[(name, Shape, TileConfig)] per point: seesaw on bf16, hopper on bf16 and on fp8."""
     from mlagate.kernels import mla_decode as m
     from mlagate.kernels import tuned
@@ -27,10 +28,12 @@ def kernels(batches, seqlens, heads):
     for b in batches:
         for s in seqlens:
             for h in heads:
-                bf16 = m.Shape(batch=b, seqlen=s, heads=h, dtype="bfloat16")
-                fp8 = m.Shape(batch=b, seqlen=s, heads=h, dtype="bfloat16", kv_dtype=m.FP8_FORMAT[arch])
-                hopper = tuned.tuned_config("hopper", bf16, arch)
-                todo += [("seesaw bf16", bf16, m.SEESAW), ("hopper bf16", bf16, hopper), ("hopper fp8", fp8, hopper)]
+                for s_q in s_qs:
+                    bf16 = m.Shape(batch=b, seqlen=s, heads=h, dtype="bfloat16", s_q=s_q)
+                    fp8 = m.Shape(batch=b, seqlen=s, heads=h, dtype="bfloat16", s_q=s_q, kv_dtype=m.FP8_FORMAT[arch])
+                    hopper = tuned.tuned_config("hopper", bf16, arch)
+                    todo += [("seesaw bf16", bf16, m.SEESAW), ("hopper bf16", bf16, hopper),
+                             ("hopper fp8", fp8, hopper)]
     return todo
 
 
@@ -45,6 +48,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, action="append")
     parser.add_argument("--seqlen", type=int, action="append")
     parser.add_argument("--heads", type=int, action="append")
+    parser.add_argument("--s-q", type=int, action="append", help="query tokens per sequence (MTP: 2-4)")
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--out")
     args = parser.parse_args(argv)
@@ -57,7 +61,7 @@ def main(argv=None):
     from mlagate.measure.precompile import in_processes
     from mlagate.measure.summary import median
 
-    todo = kernels(args.batch or [64, 128], args.seqlen or [4096], args.heads or [16])
+    todo = kernels(args.batch or [64, 128], args.seqlen or [4096], args.heads or [16], args.s_q or [1])
     failed = [f"{job[0]} {job[1]}: {e}" for job, e in in_processes(compile_one, todo, args.jobs)
               if isinstance(e, Exception)]
     if failed:
@@ -70,8 +74,9 @@ def main(argv=None):
         q, q_pe, kv, k_pe, kv_scale = m.random_inputs(shape, "cuda", seed=0)
         kv16, k_pe16 = (t.to(torch.bfloat16) for t in m.dequantized(kv, k_pe, kv_scale))
         scale = m.scale_tensor(kv_scale, "cuda")
-        row = {"batch": shape.batch, "seqlen": shape.seqlen, "heads": shape.heads, "fp8": shape.kv_dtype}
-        work = metrics.flops(shape.batch, shape.heads, shape.seqlen)
+        row = {"batch": shape.batch, "seqlen": shape.seqlen, "heads": shape.heads, "s_q": shape.s_q,
+               "fp8": shape.kv_dtype}
+        work = metrics.flops(shape.batch, shape.heads, shape.seqlen, shape.s_q)
         for name, kshape, config in todo[n:n + 3]:
             kernel = m.compiled(kshape, config)
             out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda")
@@ -83,7 +88,7 @@ def main(argv=None):
             us = median(samples.times_ms) * 1e3
             row[name] = {"us": us, "tflops": metrics.tflops(work, us / 1e3), "max_error": error,
                          "config": kernel.plan.config.name, "splits": kernel.plan.num_split}
-            print(f"b={shape.batch:4d} s={shape.seqlen:6d} h={shape.heads:4d} {name:12s} {us:8.1f} us "
+            print(f"b={shape.batch:4d} s={shape.seqlen:6d} h={shape.heads:4d} s_q={shape.s_q} {name:12s} {us:8.1f} us "
                   f"{row[name]['tflops']:6.1f} TFLOPs  split {kernel.plan.num_split:2d}  max |error| {error:.1e}",
                   flush=True)
         row["fp8/bf16 hopper speed"] = row["hopper bf16"]["us"] / row["hopper fp8"]["us"]

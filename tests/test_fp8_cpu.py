@@ -328,3 +328,36 @@ def test_the_ladder_wraps_the_attend_macro_before_and_after_its_kv_scale():
     assert earlier != source and ladder.unpatchable(earlier) is None
     assert "def spun(Q, Q_pe, KV, K_pe, Block_table," in ladder.patched(earlier, 5, {("hopper",): 1}, "r")
     assert "def spun(Q, Q_pe, KV, K_pe, Kv_scale, Block_table," in ladder.patched(source, 5, {("hopper",): 1}, "r")
+
+
+def store_bank_groups(source: str):
+    """{(tile, loop value, first thread): the 16-byte bank groups (of 8, 128 bytes a row of banks) that each
+    16-byte bf16 store of the converters hits, one per thread of an 8-thread phase}, evaluated from the lowered
+    CUDA's index expressions for every converter thread (128..255) and every value of the store's loop."""
+    groups = {}
+    for tile, expr in re.findall(r"\(\(bfloat16_t\*\)(KV_\d|K_pe_\d)\) \+ (\(.*\))\) = \*\(uint4\*\)", source):
+        (var,) = set(re.findall(r"\b(i_\d+)\b", expr))
+        extent = int(re.findall(rf"for \(int {var} = 0; {var} < (\d+);", source)[0])
+        code = compile(expr.replace("((int)threadIdx.x)", "tx"), "<store>", "eval")
+        for value in range(extent):
+            for first in range(128, 256, 8):
+                at = [eval(code, {var: value, "tx": tx}) for tx in range(first, first + 8)]
+                groups[tile, value, first] = [element // 8 % 8 for element in at]  # 8 bf16 a 16-byte group
+    return groups
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["dense", "paged"])
+def test_the_converters_store_a_bf16_tile_without_bank_conflicts(kernel):
+    """Eight neighbouring converters store into eight different bank groups of the swizzled bf16 tile (K and its
+    RoPE part): TileLang's 16-element register layout put two on each group, a 2-way conflict on every store, 4-6%
+    of the dense kernel's time at 16 heads (docs/measurements.md, 2026-12-07)."""
+    if kernel == "dense":
+        source = m.lower(m.Shape(batch=64, seqlen=4096, heads=16, dtype="bfloat16", kv_dtype=FN), m.HOPPER, "sm_90a")
+    else:
+        shape = p.PagedShape(batch=64, heads=16, max_pages=64, page_size=64, dtype="bfloat16", kv_dtype=FN)
+        source = p.lower(shape, m.HOPPER, "sm_90a")
+    groups = store_bank_groups(kernel_body(source))
+    assert {tile for tile, _, _ in groups} == {"KV_0", "KV_1", "K_pe_0", "K_pe_1"}
+    conflicted = {key: hit for key, hit in groups.items() if len(set(hit)) < 8}
+    assert not conflicted, f"{len(conflicted)} of {len(groups)} phases conflict, e.g. {next(iter(conflicted.items()))}"
