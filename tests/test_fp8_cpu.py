@@ -361,3 +361,23 @@ def test_the_converters_store_a_bf16_tile_without_bank_conflicts(kernel):
     assert {tile for tile, _, _ in groups} == {"KV_0", "KV_1", "K_pe_0", "K_pe_1"}
     conflicted = {key: hit for key, hit in groups.items() if len(set(hit)) < 8}
     assert not conflicted, f"{len(conflicted)} of {len(groups)} phases conflict, e.g. {next(iter(conflicted.items()))}"
+
+
+def launch_checks(host: str, function: str) -> dict:
+    """{argument: the dims its launch check asserts, by position}, read from a lowered host module (TileLang names
+    an argument's checks after the last view of it: mapped back through the handle each check reads)."""
+    handles = dict(re.findall(rf"{function}_(\w+)_shape: .*tvm_struct_get\((\w+)_handle, 0, 2,", host))
+    dims = {}
+    for name, axis, value in re.findall(rf"{function}_(\w+)_shape_1\[(\d+)\]\) == (\d+)", host):
+        dims.setdefault(handles.get(name, name), {})[int(axis)] = int(value)
+    return {arg: [d[i] for i in sorted(d)] for arg, d in dims.items()}
+
+
+@pytest.mark.slow
+def test_the_converters_views_of_the_cache_leave_its_launch_checks_its_own():
+    """The dense converters read the cache through chunked views of KV and K_pe; the launch still checks each argument
+    against its own shape (two views of one name made it check KV against K_pe's: every fp8 launch failed)."""
+    shape = m.Shape(batch=64, seqlen=4096, heads=16, dtype="bfloat16", kv_dtype=FN)
+    host = str(m.lowered(m.plan(shape, m.HOPPER, "sm_90a"), "sm_90a").host_mod)
+    checks = launch_checks(host, "main_split")
+    assert checks.get("KV") == [64, 4096, 1, 512] and checks.get("K_pe") == [64, 4096, 1, 64], checks
