@@ -642,7 +642,7 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, start_rows,
                                 t < n_blocks)
             else:
                 # Two register tiles: the next tile's loads are in flight while this one waits for its bf16 tile
-                # (1-2% faster than one at s_q 2 on the H100, 253 registers and no spills).
+                # (1-2% faster than one at s_q 2 on the H100; ptxas: 255 registers, 8-12 bytes spilled with the chunks).
                 KV_reg_0 = T.alloc_fragment(kv_chunks, kv_dtype)
                 K_pe_reg_0 = T.alloc_fragment(pe_chunks, kv_dtype)
                 KV_reg_1 = T.alloc_fragment(kv_chunks, kv_dtype)
