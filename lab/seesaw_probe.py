@@ -48,20 +48,20 @@ def build(shape, variant=None):
         m.schedule_modules["seesaw"] = committed
 
 
-def variant_module(patch):
-    """kernels/mla_decode_seesaw.py with ``patch`` applied (`git apply` on a temporary copy), imported once."""
+def variant_module(patch, kernel="mla_decode_seesaw.py"):
+    """kernels/``kernel`` with ``patch`` applied (`git apply` on a temporary copy), imported once."""
     import importlib.util
     import shutil
     import subprocess
     import tempfile
 
-    name = f"seesaw_variant_{Path(patch).stem}"
+    name = f"{Path(kernel).stem}_variant_{Path(patch).stem}"
     if name not in sys.modules:
-        root, tmp = Path(__file__).resolve().parent.parent, Path(tempfile.mkdtemp(prefix="seesaw-variant-"))
+        root, tmp = Path(__file__).resolve().parent.parent, Path(tempfile.mkdtemp(prefix="kernel-variant-"))
         (tmp / "kernels").mkdir()
-        shutil.copy(root / "kernels" / "mla_decode_seesaw.py", tmp / "kernels")
+        shutil.copy(root / "kernels" / kernel, tmp / "kernels")
         subprocess.run(["git", "apply", str(Path(patch).resolve())], cwd=tmp, check=True)
-        spec = importlib.util.spec_from_file_location(name, tmp / "kernels" / "mla_decode_seesaw.py")
+        spec = importlib.util.spec_from_file_location(name, tmp / "kernels" / kernel)
         sys.modules[name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[name])
     return sys.modules[name]

@@ -105,11 +105,41 @@ def test_the_lab_readme_names_every_file_and_only_files_that_exist():
         f"no row for {sorted(files - set(rows))}; no row's file exists: {sorted(set(rows) - files)}"
 
 
-@pytest.mark.parametrize("patch", sorted(LAB.glob("seesaw_variants/*.diff")), ids=lambda p: p.name)
-def test_a_kept_seesaw_variant_still_applies_to_the_kernel(patch):
+VARIANTS = sorted(LAB.glob("seesaw_variants/*.diff")) + sorted(LAB.glob("fp8_variants/*.diff"))
+
+
+@pytest.mark.parametrize("patch", VARIANTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_kept_variant_still_applies_to_its_kernel(patch):
     check = subprocess.run(["git", "apply", "--check", str(patch)], cwd=ROOT, capture_output=True, text=True)
-    assert check.returncode == 0, (f"{patch.relative_to(ROOT)} no longer applies to kernels/mla_decode_seesaw.py: "
+    assert check.returncode == 0, (f"{patch.relative_to(ROOT)} no longer applies to the kernel it patches: "
                                    f"re-base it on the kernel or delete it (git keeps it)\n{check.stderr}")
+
+
+def test_the_fp8_probe_times_a_variant_beside_the_tree(importable):
+    """--variant adds one kernel a point, the tree's fp8 kernel patched; without it every kernel is the tree's."""
+    fp8_probe = importlib.import_module("lab.fp8_probe")
+    patch = str(LAB / "fp8_variants" / "split_depth.diff")
+    plain = fp8_probe.kernels([64], [4096], [16], [1, 2])
+    with_variant = fp8_probe.kernels([64], [4096], [16], [1, 2], patch)
+    assert [job[0] for job in plain] == ["seesaw bf16", "hopper bf16", "hopper fp8"] * 2
+    assert [job[0] for job in with_variant] == ["seesaw bf16", "hopper bf16", "hopper fp8", "hopper fp8 variant"] * 2
+    assert {job[3] for job in plain} == {None} and with_variant[3][1:] == with_variant[2][1:3] + (patch,)
+    from mlagate.kernels import mla_decode
+    assert fp8_probe.decode_module(None) is mla_decode
+
+
+@pytest.mark.slow  # lowers one fp8 kernel of the patched copy: ~15 s on a CPU
+def test_the_kept_fp8_variant_lowers_for_sm_90a(importable):
+    """The depth split's patch (lab/fp8_variants/split_depth.diff) still builds its kernel: a copy of the dense
+    kernel with it applied lowers for sm_90a, its consumers multiplying through TileLang's MMA emitter (one warp,
+    all 64 score columns over its quarter of the depth) into the padded partial rows."""
+    fp8_probe = importlib.import_module("lab.fp8_probe")
+    variant = fp8_probe.decode_module(str(LAB / "fp8_variants" / "split_depth.diff"))
+    from mlagate.kernels import mla_decode
+    assert variant is not mla_decode and Path(variant.__file__).parent != ROOT / "kernels"
+    shape = variant.Shape(batch=64, seqlen=4096, heads=16, dtype="bfloat16", kv_dtype="float8_e4m3fn")
+    source = variant.lower(shape, variant.HOPPER, "sm_90a")
+    assert "S_part" in source and "S_part" not in mla_decode.lower(shape, mla_decode.HOPPER, "sm_90a")
 
 
 def test_a_variant_module_is_the_seesaw_file_with_the_patch_applied(importable):
