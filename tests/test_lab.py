@@ -128,18 +128,22 @@ def test_the_fp8_probe_times_a_variant_beside_the_tree(importable):
     assert fp8_probe.decode_module(None) is mla_decode
 
 
-@pytest.mark.slow  # lowers one fp8 kernel of the patched copy: ~15 s on a CPU
-def test_the_kept_fp8_variant_lowers_for_sm_90a(importable):
-    """The depth split's patch (lab/fp8_variants/split_depth.diff) still builds its kernel: a copy of the dense
-    kernel with it applied lowers for sm_90a, its consumers multiplying through TileLang's MMA emitter (one warp,
-    all 64 score columns over its quarter of the depth) into the padded partial rows."""
+@pytest.mark.slow  # lowers one fp8 kernel of each patched copy and of the tree: ~15 s each on a CPU
+@pytest.mark.parametrize("patch,heads,marker,in_variant", [
+    ("split_depth.diff", 16, "S_part", True),  # the consumers' partial scores, summed through shared memory
+    ("in_loop_chunks.diff", 128, "*(fp8_e4_16_t*)(KV_reg", False),  # no 16-byte pieces of the stage in registers
+])
+def test_a_kept_fp8_variant_lowers_for_sm_90a(importable, patch, heads, marker, in_variant):
+    """Each fp8 variant still builds its kernel: a copy of the dense kernel with it applied lowers for sm_90a and
+    differs from the tree's where the patch says (lab/README.md: what each is)."""
     fp8_probe = importlib.import_module("lab.fp8_probe")
-    variant = fp8_probe.decode_module(str(LAB / "fp8_variants" / "split_depth.diff"))
+    variant = fp8_probe.decode_module(str(LAB / "fp8_variants" / patch))
     from mlagate.kernels import mla_decode
     assert variant is not mla_decode and Path(variant.__file__).parent != ROOT / "kernels"
-    shape = variant.Shape(batch=64, seqlen=4096, heads=16, dtype="bfloat16", kv_dtype="float8_e4m3fn")
-    source = variant.lower(shape, variant.HOPPER, "sm_90a")
-    assert "S_part" in source and "S_part" not in mla_decode.lower(shape, mla_decode.HOPPER, "sm_90a")
+    shape = mla_decode.Shape(batch=64, seqlen=4096, heads=heads, dtype="bfloat16", kv_dtype="float8_e4m3fn")
+    source = variant.lower(shape, mla_decode.HOPPER, "sm_90a")
+    tree = mla_decode.lower(shape, mla_decode.HOPPER, "sm_90a")
+    assert (marker in source, marker in tree) == (in_variant, not in_variant)
 
 
 def test_a_variant_module_is_the_seesaw_file_with_the_patch_applied(importable):
