@@ -547,6 +547,18 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, start_rows,
     kv_chunks, pe_chunks = [block_N, dim // CHUNK, CHUNK], [block_N, pe_dim // CHUNK, CHUNK]
 
     @T.macro
+    def into_chunks(tile, chunks, width):
+        """A [block_N, width] tile into [block_N, width / CHUNK, CHUNK] registers."""
+        for r, a, e in T.Parallel(block_N, width // CHUNK, CHUNK):
+            chunks[r, a, e] = tile[r, a * CHUNK + e]
+
+    @T.macro
+    def out_of_chunks(chunks, tile, width):
+        """into_chunks undone: chunked registers into a [block_N, width] tile (converted on the way)."""
+        for r, c in T.Parallel(block_N, width):
+            tile[r, c] = chunks[r, c // CHUNK, c % CHUNK]
+
+    @T.macro
     def fetch(KV, K_pe, bx, first_token, n_blocks, t, KV_reg, K_pe_reg):
         """Tile t of a dense cache (KV[bx, token, 0, :]) into chunked registers, 8 bytes a thread."""
         if t < n_blocks:
@@ -576,10 +588,8 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, start_rows,
         """Tile t from the stage into registers, then tile t + 1's copy into the stage (if ``ahead``)."""
         T.barrier_wait(loaded[0], parity)
         if t < n_blocks:
-            for r, a, e in T.Parallel(block_N, dim // CHUNK, CHUNK):
-                KV_reg[r, a, e] = KV_stage[r, a * CHUNK + e]
-            for r, a, e in T.Parallel(block_N, pe_dim // CHUNK, CHUNK):
-                K_pe_reg[r, a, e] = K_pe_stage[r, a * CHUNK + e]
+            into_chunks(KV_stage, KV_reg, dim)
+            into_chunks(K_pe_stage, K_pe_reg, pe_dim)
         if ahead:
             issue(KV, K_pe, Block_table, bx, first_token, n_blocks, t + 1, KV_stage, K_pe_stage, loaded)
 
@@ -587,10 +597,8 @@ def converting_attend_macro(shape, config: TileConfig, block_H: int, start_rows,
     def deliver(KV_reg, K_pe_reg, KV_tile, K_pe_tile, full, empty, b, parity, real):
         T.barrier_wait(empty[b], 1 - parity)  # on a fresh barrier, the phase before the first: passes
         if real:
-            for r, c in T.Parallel(block_N, dim):
-                KV_tile[r, c] = KV_reg[r, c // CHUNK, c % CHUNK]
-            for r, c in T.Parallel(block_N, pe_dim):
-                K_pe_tile[r, c] = K_pe_reg[r, c // CHUNK, c % CHUNK]
+            out_of_chunks(KV_reg, KV_tile, dim)
+            out_of_chunks(K_pe_reg, K_pe_tile, pe_dim)
         T.barrier_arrive(full[b])
 
     @T.macro
