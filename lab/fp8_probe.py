@@ -63,6 +63,11 @@ def main(argv=None):
     parser.add_argument("--variant", help="a patch of kernels/mla_decode.py, its fp8 kernel timed beside the tree's")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
+    from lab.seesaw_probe import patch_refusal
+
+    refused = args.variant and patch_refusal(args.variant, "mla_decode.py")
+    if refused:
+        parser.error(refused)
 
     import torch
 

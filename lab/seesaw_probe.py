@@ -48,6 +48,24 @@ def build(shape, variant=None):
         m.schedule_modules["seesaw"] = committed
 
 
+def patch_refusal(patch, kernel="mla_decode_seesaw.py"):
+    """Why ``patch`` cannot be a variant of kernels/``kernel`` (missing, not a patch of that file alone, or not
+    applying to today's), or None: the --variant options refuse it before anything is built."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if not Path(patch).is_file():
+        return f"{patch}: no such file"
+    stat = subprocess.run(["git", "apply", "--numstat", str(Path(patch).resolve())], cwd=root, capture_output=True,
+                          text=True)
+    files = {line.split("\t")[-1] for line in stat.stdout.splitlines()}
+    if stat.returncode or files != {f"kernels/{kernel}"}:
+        return f"{patch}: not a patch of kernels/{kernel} alone ({stat.stderr.strip() or sorted(files)})"
+    check = subprocess.run(["git", "apply", "--check", str(Path(patch).resolve())], cwd=root, capture_output=True,
+                           text=True)
+    return f"{patch}: does not apply to kernels/{kernel}: {check.stderr.strip()}" if check.returncode else None
+
+
 def variant_module(patch, kernel="mla_decode_seesaw.py"):
     """kernels/``kernel`` with ``patch`` applied (`git apply` on a temporary copy), imported once."""
     import importlib.util
@@ -132,6 +150,9 @@ def main(argv=None):
     parser.add_argument("--out")
     parser.add_argument("--variant", help="a patch of kernels/mla_decode_seesaw.py: built and timed beside it")
     args = parser.parse_args(argv)
+    refused = args.variant and patch_refusal(args.variant)
+    if refused:
+        parser.error(refused)
     if args.step == "compile":
         from mlagate.measure.precompile import in_processes
 

@@ -25,13 +25,16 @@ def main(argv=None):
     parser.add_argument("--shape", default="64,4096,128,bfloat16", help="batch,seqlen,heads,dtype")
     parser.add_argument("--keep", help="folder to write the lowered .cu and the .sass into")
     args = parser.parse_args(argv)
+    from lab import seesaw_probe
+
+    refused = args.variant and seesaw_probe.patch_refusal(args.variant)
+    if refused:
+        parser.error(refused)
 
     from mlagate.build import analyse, toolchain
     from mlagate.kernels import mla_decode as m
 
     if args.variant:
-        from lab import seesaw_probe
-
         m.schedule_modules["seesaw"] = seesaw_probe.variant_module(args.variant)
     batch, seqlen, heads, dtype = args.shape.split(",")
     p = m.plan(m.Shape(batch=int(batch), seqlen=int(seqlen), heads=int(heads), dtype=dtype), m.SEESAW, "sm_90a")

@@ -115,6 +115,24 @@ def test_a_kept_variant_still_applies_to_its_kernel(patch):
                                    f"re-base it on the kernel or delete it (git keeps it)\n{check.stderr}")
 
 
+@pytest.mark.parametrize("script,args,kernel", [
+    ("lab.fp8_probe", (), "mla_decode.py"), ("lab.seesaw_probe", ("speed",), "mla_decode_seesaw.py"),
+    ("lab.seesaw_sass", (), "mla_decode_seesaw.py")])
+def test_a_variant_that_is_no_patch_of_the_kernel_is_refused_naming_it(tmp_path, script, args, kernel):
+    """--variant: a missing file, a patch of another file, or one that no longer applies ends with exit 2 and the
+    file named, before anything is built (no GPU here), and the tree is left as it was."""
+    other = {"mla_decode.py": "seesaw_variants/left_right_pe.diff",
+             "mla_decode_seesaw.py": "fp8_variants/split_depth.diff"}
+    stale = tmp_path / "stale.diff"
+    stale.write_text(f"--- a/kernels/{kernel}\n+++ b/kernels/{kernel}\n@@ -1,1 +1,1 @@\n-no such line in it\n+x\n")
+    before = (ROOT / "kernels" / kernel).read_text()
+    for patch, why in ((tmp_path / "missing.diff", "no such file"), (LAB / other[kernel], f"kernels/{kernel} alone"),
+                       (stale, f"does not apply to kernels/{kernel}")):
+        run = lab(script, *args, "--variant", patch, check=False)
+        assert run.returncode == 2 and str(patch) in run.stderr and why in run.stderr, run.stderr[-2000:]
+    assert (ROOT / "kernels" / kernel).read_text() == before
+
+
 def test_the_fp8_probe_times_a_variant_beside_the_tree(importable):
     """--variant adds one kernel a point, the tree's fp8 kernel patched; without it every kernel is the tree's."""
     fp8_probe = importlib.import_module("lab.fp8_probe")
